@@ -11,9 +11,10 @@ with acks=all.
 The followers build each producer's sequences and open transactions from the WAL they copy
 (:func:`walgate.storage.replicated.append_replicated` replays every batch as a restart would), as Kafka's followers
 build producer state while appending. So the new leader answers an idempotent producer's retry of a batch the old
-leader appended (and the followers copied) with its original offset and writes nothing, takes the producer's next
-sequence after it, refuses a sequence gap (OUT_OF_ORDER_SEQUENCE_NUMBER), and keeps a transaction the old leader
-opened open: its last stable offset stops at the transaction's first offset, as on the old leader.
+leader appended (and the followers copied) with its original offset and writes nothing, also once five later batches
+pushed it out of those the producer's state keeps (it is looked up in the log), takes the producer's next sequence
+after it, refuses a sequence gap (OUT_OF_ORDER_SEQUENCE_NUMBER), and keeps a transaction the old leader opened open:
+its last stable offset stops at the transaction's first offset, as on the old leader.
 """
 
 from __future__ import annotations
@@ -73,6 +74,12 @@ async def test_a_new_leader_answers_a_retried_batch_as_a_duplicate_and_keeps_ope
         assert (answer.error_code, answer.base_offset) == (ErrorCode.none, 3)
         answer = await produce(t, 2, -1, batch=batch(IDEMPOTENT, 5, b"gap"))
         assert answer.error_code == ErrorCode.out_of_order_sequence_number
+        for k in range(3, 8):  # five batches more: the first one, which node 2 copied, is no longer among those kept
+            answer = await produce(t, 2, -1, batch=batch(IDEMPOTENT, k, b"%d" % k))
+            assert (answer.error_code, answer.base_offset) == (ErrorCode.none, k + 1)
+        end = wal.next_version
+        answer = await produce(t, 2, -1, batch=first)  # looked up in the log (the Java client's endless retry)
+        assert (answer.error_code, answer.base_offset) == (ErrorCode.none, 0) and wal.next_version == end
         producers = new.engine.store.producers[(TOPIC, 0)]
         assert producers.last_stable(0, 4) == 2  # read_committed stops at the open transaction, as on node 1
 

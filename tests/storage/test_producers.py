@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import errno
+import logging
 from pathlib import Path
 
 import pytest
 from faults import Faults
 
-from walgate.storage import lines
+from walgate.storage import lines, native_topics
 from walgate.storage.damage import DamageLog
 from walgate.storage.errors import InvalidValue, StorageUnavailable
-from walgate.storage.producers import DuplicateBatch, PartitionProducers, ProducerIds, SequenceError
+from walgate.storage.producers import DuplicateBatch, EarlierBatch, PartitionProducers, ProducerIds, SequenceError
 from walgate.wire.errors import ErrorCode
 
 
@@ -34,13 +35,42 @@ def test_sequences_must_follow_and_retries_answer_the_original_offset():
     assert gap.value.error_code is ErrorCode.out_of_order_sequence_number
 
 
-def test_only_the_last_five_batches_are_recognised_as_duplicates():
+def test_only_the_last_five_batches_are_kept_and_an_earlier_retry_is_to_be_looked_up():
     p = PartitionProducers()
     for k in range(6):
         p.record(1, 0, k, 1, 10 + k)
     assert p.check(1, 0, 1, 1) == DuplicateBatch(11)
+    # fell out of the five (Kafka answers OUT_OF_ORDER_SEQUENCE_NUMBER): the partition looks it up below offset 11
+    assert p.check(1, 0, 0, 1) == EarlierBatch(1, 0, 0, 0, 11)
+    assert p.copy_for({1}).check(1, 0, 0, 1) == EarlierBatch(1, 0, 0, 0, 11)
+
+
+@pytest.mark.parametrize(("first_seq", "count"), [
+    (0, 2),  # reaches into the batches kept: not a retry of one batch
+    (7, 1),  # past the next sequence: a gap
+])
+def test_sequences_not_wholly_before_the_five_kept_are_out_of_order(first_seq: int, count: int):
+    p = PartitionProducers()
+    for k in range(6):
+        p.record(1, 0, k, 1, 10 + k)
+    with pytest.raises(SequenceError) as refused:
+        p.check(1, 0, first_seq, count)
+    assert refused.value.error_code is ErrorCode.out_of_order_sequence_number
+
+
+def test_an_earlier_batch_is_only_one_of_the_epoch_this_partition_holds_from_its_first_sequence():
+    p = PartitionProducers()
+    for k in range(10, 16):  # a producer first seen at sequence 10 (its earlier batches deleted by retention)
+        p.record(2, 0, k, 1, k)
     with pytest.raises(SequenceError):
-        p.check(1, 0, 0, 1)  # fell out of the window: out of order, as in Kafka
+        p.check(2, 0, 3, 1)  # below what this partition holds of it: nothing to look up
+    assert p.check(2, 0, 10, 1) == EarlierBatch(2, 0, 10, 10, 11)
+    for k in range(6):  # a new epoch starts over at 0
+        p.record(2, 1, k, 1, 20 + k)
+    assert p.check(2, 1, 0, 1) == EarlierBatch(2, 1, 0, 0, 21)
+    with pytest.raises(SequenceError) as fenced:
+        p.check(2, 0, 10, 1)
+    assert fenced.value.error_code is ErrorCode.invalid_producer_epoch
 
 
 def test_epochs_fence_old_producers_and_restart_sequences():
@@ -64,6 +94,50 @@ def test_sequences_wrap_at_2_pow_31():
     p = PartitionProducers()
     p.record(5, 0, 2**31 - 2, 2, 0)
     assert p.check(5, 0, 0, 1) is None
+
+
+def _sent(sequence: int, count: int = 1) -> bytes:
+    """Producer 3075's batch of ``count`` records from ``sequence``, at epoch 0."""
+    from walgate.wire import encode_batch
+
+    return encode_batch(0, [1] * count, [None] * count, [b"v%d" % (sequence + k) for k in range(count)],
+                        producer_id=3075, producer_epoch=0, base_sequence=sequence)
+
+
+def test_a_retry_older_than_the_five_kept_batches_answers_its_original_offset_also_after_a_restart(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture):
+    """The CI finding of 2026-11-30: the Java producer's first batch (sequence 0) retried after the partition took the
+    run's 33 records, answered OUT_OF_ORDER_SEQUENCE_NUMBER "sequence 0, expected 33" forever. Now its original
+    offset, nothing written; a leader's state rebuilt from the WAL (a restart, a follower's copy) answers alike."""
+    from walgate.storage.engine import Engine
+
+    e = Engine.open(tmp_path)
+    e.create_kafka_topic("t", 1, {})
+    e.append_batches("t", 0, [_sent(0, 3)])  # offsets 0-2
+    for k in range(3, 33):
+        assert e.append_batches("t", 0, [_sent(k)]) == k
+    caplog.set_level(logging.INFO, "walgate.producers")
+    for _ in range(2):
+        assert e.append_batches("t", 0, [_sent(0, 3)]) == 0
+        assert "retry of sequences 0-2 (epoch 0), older than the 5 batches kept, answered with its offset 0" in caplog.text
+        assert e.append_batches("t", 0, [_sent(10)]) == 10
+        assert e.partitions.offsets("t", 0).high_watermark == 33  # nothing written
+        with pytest.raises(SequenceError) as other:
+            e.append_batches("t", 0, [_sent(0, 2)])  # sequences 0-1 were not one batch
+        assert other.value.error_code is ErrorCode.out_of_order_sequence_number
+        e.close()
+        e = Engine.open(tmp_path)
+    monkeypatch.setattr(native_topics, "_LOOKUP_ENTRIES", 3)  # the lookup reads 3 entries back from the five kept
+    assert e.append_batches("t", 0, [_sent(25)]) == 25
+    with pytest.raises(SequenceError) as far:
+        e.append_batches("t", 0, [_sent(24)])  # written, further back than the lookup reads
+    assert far.value.error_code is ErrorCode.duplicate_sequence_number
+    e.delete_records("t", 0, 5)
+    with pytest.raises(SequenceError) as gone:
+        e.append_batches("t", 0, [_sent(3)])  # written, below the log start now: its offset is not known any more
+    assert gone.value.error_code is ErrorCode.duplicate_sequence_number
+    assert e.append_batches("t", 0, [_sent(33)]) == 33
+    e.close()
 
 
 def test_producer_ids_are_never_handed_out_twice_across_restarts(tmp_path: Path):

@@ -16,11 +16,13 @@ transactions: their last stable offset is the high watermark and they abort noth
 
 from __future__ import annotations
 
+import logging
 import shutil
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Mapping
 from dataclasses import replace
 from types import MappingProxyType
+from typing import Final
 
 from walgate.cluster.placement import Replicas
 from walgate.storage import datadir, led_appends
@@ -28,6 +30,7 @@ from walgate.storage.catalog import TopicDef
 from walgate.storage.entry import DecodedEntry
 from walgate.storage.errors import (
     AlreadyExists,
+    CorruptEntry,
     InvalidValue,
     NotFound,
     OffsetOutOfRange,
@@ -36,17 +39,28 @@ from walgate.storage.errors import (
 )
 from walgate.storage.led_appends import LedAppend
 from walgate.storage.names import new_db_id
-from walgate.storage.producers import AbortedTxn, ActiveProducer, DuplicateBatch, PartitionProducers
+from walgate.storage.offsets import OffsetIndex
+from walgate.storage.producers import (
+    BATCHES_KEPT,
+    AbortedTxn,
+    ActiveProducer,
+    DuplicateBatch,
+    EarlierBatch,
+    PartitionProducers,
+    SequenceError,
+)
 from walgate.storage.store import Store
 from walgate.storage.topic_configs import backing_database, validate_topic_name, wal_options
 from walgate.storage.topic_views import TopicViews, stored_batch
 from walgate.storage.vnode import Vnode, prepare
 from walgate.storage.wal import KIND_KAFKA, FileRegion, Wal
 from walgate.wire import BATCH_PREFIX_SIZE, batch_header, batch_prefix, rebase
-from walgate.wire.errors import WireError
+from walgate.wire.errors import ErrorCode, WireError
 from walgate.wire.record_batch import CONTROL_BIT, CONTROL_COMMIT, TRANSACTIONAL_BIT, end_txn_marker, txn_marker
 
 __all__ = ["NativeTopics", "replay_batch"]
+
+log = logging.getLogger("walgate.producers")
 
 
 
@@ -66,6 +80,48 @@ def replay_batch(producers: PartitionProducers, batch: bytes) -> None:
     else:
         producers.record(info.producer_id, info.producer_epoch, info.base_sequence, info.last_offset_delta + 1,
                          info.base_offset, bool(info.attributes & TRANSACTIONAL_BIT), info.max_timestamp)
+
+
+_LOOKUP_ENTRIES: Final = 10_000
+"""How many entries :func:`_original` reads at most, back from the oldest batch a producer's state keeps."""
+
+
+def _original(vnode: Vnode, idx: OffsetIndex, earlier: EarlierBatch) -> DuplicateBatch:
+    """The batch ``earlier`` repeats, looked up in the partition's log from below the oldest batch its producer's state
+    keeps, newest first, until a batch of that producer of an older epoch or an earlier sequence. Raises
+    SequenceError: DUPLICATE_SEQUENCE_NUMBER when it is not found within :data:`_LOOKUP_ENTRIES` entries (or below
+    the log start now, or its entry lost): written before (its sequences lie within those this partition took of the
+    epoch), at an offset not known, Kafka's answer for it, which clients take as delivered (the Java client's
+    ``Sender.completeBatch``); OUT_OF_ORDER_SEQUENCE_NUMBER when its first sequence starts a batch of other sequences
+    (not a retry of it)."""
+    kept = bisect_left(idx.offsets, earlier.before)  # the index entry of the oldest batch kept
+    for k in range(kept - 1, max(kept - 1 - _LOOKUP_ENTRIES, -1), -1):
+        if idx.offsets[k] < idx.start_offset:
+            break
+        try:
+            entry = vnode.wal.read(idx.versions[k])
+        except CorruptEntry:
+            continue
+        if entry is None or entry.kind != KIND_KAFKA:
+            continue
+        info = batch_header(entry.body)
+        if info.producer_id != earlier.producer_id or info.attributes & CONTROL_BIT:
+            continue
+        if info.producer_epoch != earlier.epoch or info.base_sequence < earlier.first_seq:
+            break
+        if info.base_sequence == earlier.first_seq:
+            if info.base_sequence + info.last_offset_delta == earlier.last_seq:
+                log.info("producer %d: a retry of sequences %d-%d (epoch %d), older than the %d batches kept, answered "
+                         "with its offset %d in %s", earlier.producer_id, earlier.first_seq, earlier.last_seq,
+                         earlier.epoch, BATCHES_KEPT, idx.offsets[k], vnode.dir)
+                return DuplicateBatch(idx.offsets[k])
+            raise SequenceError(ErrorCode.out_of_order_sequence_number,
+                                f"producer {earlier.producer_id}: sequences {earlier.first_seq}-{earlier.last_seq} "
+                                f"are not a batch it wrote (its batch at offset {idx.offsets[k]} holds "
+                                f"{info.base_sequence}-{info.base_sequence + info.last_offset_delta})")
+    raise SequenceError(ErrorCode.duplicate_sequence_number,
+                        f"producer {earlier.producer_id}: sequences {earlier.first_seq}-{earlier.last_seq} of epoch "
+                        f"{earlier.epoch} were written before, at an offset no longer found")
 
 
 class NativeTopics:
@@ -248,7 +304,8 @@ class NativeTopics:
 
         Idempotence (see :mod:`walgate.storage.producers`): a partition request
         whose batches were all appended before answers the original base offset
-        and writes nothing; a sequence error refuses the whole request
+        and writes nothing (one older than the five batches its producer state keeps is looked up in the log,
+        :func:`_original`); a sequence error refuses the whole request
         (:class:`~walgate.storage.producers.SequenceError`). Durable per the
         database's WAL level when this returns.
         """
@@ -263,8 +320,8 @@ class NativeTopics:
         at = idx.end_offset  # where each batch would go
         for k, i in enumerate(infos):
             transactional = bool(i.attributes & TRANSACTIONAL_BIT)
-            verdicts.append(scratch.check(i.producer_id, i.producer_epoch, i.base_sequence, i.record_count,
-                                          transactional))
+            verdict = scratch.check(i.producer_id, i.producer_epoch, i.base_sequence, i.record_count, transactional)
+            verdicts.append(_original(vnode, idx, verdict) if isinstance(verdict, EarlierBatch) else verdict)
             if k + 1 < len(infos):
                 scratch.record(i.producer_id, i.producer_epoch, i.base_sequence, i.record_count, at, transactional)
             at += i.record_count

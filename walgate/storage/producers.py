@@ -7,6 +7,13 @@ Kafka's ``ProducerStateManager`` / ``ProducerAppendInfo`` rules, per
 * the five most recent batches (first sequence, last sequence, base offset)
   are kept; a batch repeating one of them is a *duplicate*: nothing is written
   and the original base offset is answered (a retry whose first answer was lost);
+* a batch of the current epoch whose sequences all lie before the oldest kept batch and at or after the first
+  sequence this partition holds of that epoch was written before and fell out of the five: an
+  :class:`EarlierBatch`, which the partition looks up in its log (:meth:`NativeTopics.append_batches
+  <walgate.storage.native_topics.NativeTopics.append_batches>`) to answer its original offset. Kafka answers
+  OUT_OF_ORDER_SEQUENCE_NUMBER here; its Java client retries that forever once a later batch of the partition was
+  acknowledged (``TransactionManager.canRetry``: not the next sequence, no epoch bump): the 2026-11-30 CI finding,
+  "sequence 0, expected 33" over and over, a first batch retried after the run's later batches of the partition;
 * an epoch below the producer's current one: INVALID_PRODUCER_EPOCH (fenced);
 * an epoch above it starts over: its first sequence must be 0;
 * otherwise the first sequence must follow the last one (wrapping at 2^31):
@@ -51,8 +58,8 @@ from walgate.storage.errors import InvalidValue, StorageError, StorageUnavailabl
 from walgate.storage.fileio import SyncLatency
 from walgate.wire.errors import ErrorCode
 
-__all__ = ["AbortedTxn", "ActiveProducer", "PartitionProducers", "ProducerIds", "DuplicateBatch", "SequenceError",
-           "BATCHES_KEPT"]
+__all__ = ["AbortedTxn", "ActiveProducer", "PartitionProducers", "ProducerIds", "DuplicateBatch", "EarlierBatch",
+           "SequenceError", "BATCHES_KEPT"]
 
 log = logging.getLogger("walgate.producers")
 
@@ -73,6 +80,19 @@ class DuplicateBatch:
     """The batch was appended before: its base offset."""
 
     base_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class EarlierBatch:
+    """The batch repeats one of producer ``producer_id`` at ``epoch`` written before the five batches kept (see the
+    module docstring): its sequences ``first_seq``..``last_seq``; the oldest batch kept starts at offset ``before``,
+    so the original lies below it."""
+
+    producer_id: int
+    epoch: int
+    first_seq: int
+    last_seq: int
+    before: int
 
 
 class AbortedTxn(NamedTuple):
@@ -101,6 +121,7 @@ class _Producer:
     coordinator_epoch: int = -1
     last_timestamp: int = -1
     txn_first: int = -1  # first offset of its ongoing transaction; -1: none
+    low_seq: int = -1  # the first sequence of the first batch held in this epoch; -1: none
 
 
 class PartitionProducers:
@@ -113,8 +134,9 @@ class PartitionProducers:
         self._aborted: list[AbortedTxn] = []  # by marker offset
 
     def check(self, producer_id: int, epoch: int, first_seq: int, count: int,
-              transactional: bool = False) -> DuplicateBatch | None:
-        """None if the batch may be appended, a :class:`DuplicateBatch`, or raises :class:`SequenceError`."""
+              transactional: bool = False) -> DuplicateBatch | EarlierBatch | None:
+        """None if the batch may be appended, a :class:`DuplicateBatch`, an :class:`EarlierBatch` (to look up), or
+        raises :class:`SequenceError`."""
         if producer_id < 0:
             return None
         state = self._producers.get(producer_id)
@@ -133,6 +155,8 @@ class PartitionProducers:
                 if first == first_seq and last == last_seq:
                     return DuplicateBatch(base_offset)
             expected = (state.batches[-1][1] + 1) % _SEQUENCE_WRAP if state.batches else 0
+            if state.batches and 0 <= state.low_seq <= first_seq <= last_seq < state.batches[0][0]:
+                return EarlierBatch(producer_id, epoch, first_seq, last_seq, state.batches[0][2])
             if first_seq != expected:
                 raise SequenceError(ErrorCode.out_of_order_sequence_number,
                                     f"producer {producer_id}: sequence {first_seq}, expected {expected}")
@@ -148,6 +172,8 @@ class PartitionProducers:
         if producer_id < 0:
             return
         state = self._state(producer_id, epoch)
+        if not state.batches:
+            state.low_seq = first_seq
         state.batches.append((first_seq, (first_seq + count - 1) % _SEQUENCE_WRAP, base_offset))
         state.last_timestamp = timestamp
         if transactional and state.txn_first < 0:
@@ -162,6 +188,7 @@ class PartitionProducers:
         elif epoch != state.epoch:
             state.epoch = epoch
             state.batches.clear()
+            state.low_seq = -1
         return state
 
     def check_marker(self, producer_id: int, epoch: int, coordinator_epoch: int) -> None:
@@ -197,7 +224,7 @@ class PartitionProducers:
         for pid in producer_ids & self._producers.keys():
             s = self._producers[pid]
             scratch._producers[pid] = _Producer(s.epoch, deque(s.batches, maxlen=BATCHES_KEPT), s.coordinator_epoch,
-                                                s.last_timestamp, s.txn_first)
+                                                s.last_timestamp, s.txn_first, s.low_seq)
         return scratch
 
     def max_producer_id(self) -> int:
