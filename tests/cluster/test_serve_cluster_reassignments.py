@@ -1,0 +1,91 @@
+"""Moving a replicated partition's replicas in ``walgate serve`` (KIP-455, issue 26): three real ``walgate serve
+--cluster`` nodes with ``replication.enable=true`` over a real etcd (stopped by PID), AlterPartitionReassignments and
+ListPartitionReassignments sent to a node that is not the controller.
+
+A topic of replication factor 3 (``min.insync.replicas=2``) gets acknowledged writes; its partition is moved to
+nodes 2 and 3 (the replication factor lowered: the target in sync, the move completes at once, node 1 stops
+replicating it), written to again, then moved back to all three: node 1 is an adding replica (its copy stale: it
+truncates and catches up as any follower), the move completes once it is in sync, and a preferred election makes
+it the leader, from which every acknowledged value is read in order. A target on a node that does not hold the
+partition is refused (not supported yet), as is a cancellation with no move in progress; nothing is listed as
+moving at the end; no node logged a traceback."""
+
+from __future__ import annotations
+
+import time
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import NewTopic
+from etcd_cluster import EtcdCluster
+from serve_support import create_topics, eventually, no_traceback, produce_to
+from test_serve_cluster_replicated_topics import described, three_nodes
+
+from tests.gateway.gateway_helpers import KafkaConnection, build, kio_classes
+from walgate.wire.errors import ErrorCode
+
+TOPIC = "moved"
+
+
+def call(port: int, api_key: int, version: int, values: dict[str, Any]) -> Any:
+    with KafkaConnection(("127.0.0.1", port)) as conn:
+        return conn.request(build(kio_classes(api_key, version)[0], values))
+
+
+def reassign(port: int, replicas: list[int] | None) -> tuple[int, int]:
+    """(the request's, partition 0's) error code of a move of ``TOPIC``'s partition 0 to ``replicas``."""
+    answer = call(port, 45, 1, {"timeout": 30_000, "allow_replication_factor_change": True, "topics": [
+        {"name": TOPIC, "partitions": [{"partition_index": 0, "replicas": replicas}]}]})
+    return answer.error_code, answer.responses[0].partitions[0].error_code
+
+
+def moving(port: int) -> tuple[Any, ...]:
+    return call(port, 46, 0, {"timeout": 30_000, "topics": None}).topics
+
+
+def read_all(port: int, count: int) -> list[bytes]:
+    """``count`` values of partition 0 read from its beginning through the node at ``port`` (bounded: 60 s)."""
+    consumer = Consumer({"bootstrap.servers": f"127.0.0.1:{port}", "group.id": "reader", "enable.auto.commit": False})
+    try:
+        consumer.assign([TopicPartition(TOPIC, 0, 0)])
+        got: list[bytes] = []
+        deadline = time.monotonic() + 60
+        while len(got) < count and time.monotonic() < deadline:
+            msg = consumer.poll(1.0)
+            if msg is not None and msg.error() is None:
+                got.append(msg.value())
+        return got
+    finally:
+        consumer.close()
+
+
+def test_a_partition_moved_off_a_node_and_back_keeps_every_acknowledged_write(etcd1: EtcdCluster,
+                                                                              tmp_path: Path) -> None:
+    with ExitStack() as stack:
+        n1, n2, n3 = three_nodes(stack, etcd1, tmp_path)
+        create_topics(f"127.0.0.1:{n1.kafka_port}", NewTopic(TOPIC, 1, 3, config={"min.insync.replicas": "2"}))
+        eventually("three in sync", lambda: described(n2, TOPIC)[0][2] == [1, 2, 3])
+        first = [f"a{i}".encode() for i in range(50)]
+        produce_to(n1.kafka_port, TOPIC, {0: first})
+
+        assert reassign(n2.kafka_port, [2, 3]) == (ErrorCode.none, ErrorCode.none)
+        eventually("replicas 2 and 3", lambda: described(n3, TOPIC)[0][1:] == ([2, 3], [2, 3]))
+        second = [f"b{i}".encode() for i in range(50)]
+        produce_to(n2.kafka_port, TOPIC, {0: second})
+
+        assert reassign(n2.kafka_port, [1, 2, 3]) == (ErrorCode.none, ErrorCode.none)
+        eventually("node 1 back in sync", lambda: described(n3, TOPIC)[0][1:] == ([1, 2, 3], [1, 2, 3]))
+        assert moving(n3.kafka_port) == ()
+        elected = call(n3.kafka_port, 43, 2, {"election_type": 0, "timeout": 30_000, "topic_partitions": [
+            {"topic": TOPIC, "partitions": [0]}]})
+        assert elected.replica_election_results[0].partition_result[0].error_code in (
+            ErrorCode.none, ErrorCode.election_not_needed)
+        eventually("node 1 leads", lambda: described(n2, TOPIC)[0][0] == 1)
+        assert read_all(n1.kafka_port, 100) == first + second
+
+        assert reassign(n2.kafka_port, [4, 2]) == (ErrorCode.none, ErrorCode.invalid_replica_assignment)
+        assert reassign(n2.kafka_port, None) == (ErrorCode.none, ErrorCode.no_reassignment_in_progress)
+        for server in (n1, n2, n3):
+            no_traceback(server)
