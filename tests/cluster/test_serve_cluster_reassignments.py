@@ -3,15 +3,18 @@
 ListPartitionReassignments sent to a node that is not the controller.
 
 A topic of replication factor 3 (``min.insync.replicas=2``) gets acknowledged writes; its partition is moved to
-nodes 2 and 3 (the replication factor lowered: the target in sync, the move completes at once, node 1 stops
-replicating it), written to again, then moved back to all three: node 1 is an adding replica (its copy stale: it
-truncates and catches up as any follower), the move completes once it is in sync, and a preferred election makes
-it the leader, from which every acknowledged value is read in order. A target on a node that does not hold the
-partition is refused (not supported yet), as is a cancellation with no move in progress; nothing is listed as
-moving at the end; no node logged a traceback."""
+nodes 1 and 2 (the replication factor lowered: the target in sync, the move completes at once, node 3 stops
+replicating it) and written to again. With node 3 paused, a move back to all three is listed as in progress (node 3
+adding) and cancelled (back to 1 and 2). Node 3 resumed, the move to 3, 1, 2 completes once node 3, an adding replica
+with a stale copy, caught up as any follower does; a preferred election makes it the leader, from which every
+acknowledged value is read in order. A target on a node that does not hold the partition is refused (not supported
+yet), as is a cancellation with no move in progress; nothing is listed as moving at the end; no node logged a
+traceback."""
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 from contextlib import ExitStack
 from pathlib import Path
@@ -27,6 +30,8 @@ from tests.gateway.gateway_helpers import KafkaConnection, build, kio_classes
 from walgate.wire.errors import ErrorCode
 
 TOPIC = "moved"
+LONG_SESSION = ("--override", "broker.session.timeout.ms=10000")
+"""Node 3, paused (SIGSTOP) as an adding replica, stays registered while the move is listed and cancelled."""
 
 
 def call(port: int, api_key: int, version: int, values: dict[str, Any]) -> Any:
@@ -61,31 +66,46 @@ def read_all(port: int, count: int) -> list[bytes]:
         consumer.close()
 
 
+def states(port: int) -> dict[int, tuple[list[int], list[int], list[int]]]:
+    """Partition -> (replicas, adding, removing) of every partition ListPartitionReassignments through ``port``
+    names as moving."""
+    return {p.partition_index: (list(p.replicas), list(p.adding_replicas), list(p.removing_replicas))
+            for t in moving(port) for p in t.partitions}
+
+
 def test_a_partition_moved_off_a_node_and_back_keeps_every_acknowledged_write(etcd1: EtcdCluster,
                                                                               tmp_path: Path) -> None:
     with ExitStack() as stack:
-        n1, n2, n3 = three_nodes(stack, etcd1, tmp_path)
+        n1, n2, n3 = three_nodes(stack, etcd1, tmp_path, *LONG_SESSION)
+        stack.callback(os.kill, n3.proc.pid, signal.SIGCONT)  # (before the nodes stop: a stopped one cannot)
         create_topics(f"127.0.0.1:{n1.kafka_port}", NewTopic(TOPIC, 1, 3, config={"min.insync.replicas": "2"}))
         eventually("three in sync", lambda: described(n2, TOPIC)[0][2] == [1, 2, 3])
         first = [f"a{i}".encode() for i in range(50)]
         produce_to(n1.kafka_port, TOPIC, {0: first})
 
-        assert reassign(n2.kafka_port, [2, 3]) == (ErrorCode.none, ErrorCode.none)
-        eventually("replicas 2 and 3", lambda: described(n3, TOPIC)[0][1:] == ([2, 3], [2, 3]))
+        assert reassign(n2.kafka_port, [1, 2]) == (ErrorCode.none, ErrorCode.none)  # in sync: completes at once
+        eventually("replicas 1 and 2", lambda: described(n3, TOPIC)[0][1:] == ([1, 2], [1, 2]))
         second = [f"b{i}".encode() for i in range(50)]
         produce_to(n2.kafka_port, TOPIC, {0: second})
 
+        os.kill(n3.proc.pid, signal.SIGSTOP)  # registered for the session timeout, but never catching up
         assert reassign(n2.kafka_port, [1, 2, 3]) == (ErrorCode.none, ErrorCode.none)
-        eventually("node 1 back in sync", lambda: described(n3, TOPIC)[0][1:] == ([1, 2, 3], [1, 2, 3]))
-        assert moving(n3.kafka_port) == ()
+        eventually("the move listed", lambda: states(n2.kafka_port) == {0: ([1, 2, 3], [3], [])})
+        assert described(n1, TOPIC)[0][1:] == ([1, 2, 3], [1, 2])
+        assert reassign(n1.kafka_port, None) == (ErrorCode.none, ErrorCode.none)  # cancelled
+        eventually("back to 1 and 2", lambda: states(n2.kafka_port) == {} and described(n2, TOPIC)[0][1] == [1, 2])
+        os.kill(n3.proc.pid, signal.SIGCONT)
+
+        assert reassign(n2.kafka_port, [3, 1, 2]) == (ErrorCode.none, ErrorCode.none)  # node 3 preferred, stale copy
+        eventually("node 3 back in sync", lambda: described(n1, TOPIC)[0][1:] == ([3, 1, 2], [1, 2, 3]))
         elected = call(n3.kafka_port, 43, 2, {"election_type": 0, "timeout": 30_000, "topic_partitions": [
             {"topic": TOPIC, "partitions": [0]}]})
-        assert elected.replica_election_results[0].partition_result[0].error_code in (
-            ErrorCode.none, ErrorCode.election_not_needed)
-        eventually("node 1 leads", lambda: described(n2, TOPIC)[0][0] == 1)
-        assert read_all(n1.kafka_port, 100) == first + second
+        assert elected.replica_election_results[0].partition_result[0].error_code == ErrorCode.none
+        eventually("node 3 leads", lambda: described(n2, TOPIC)[0][0] == 3)
+        assert read_all(n3.kafka_port, 100) == first + second
 
         assert reassign(n2.kafka_port, [4, 2]) == (ErrorCode.none, ErrorCode.invalid_replica_assignment)
         assert reassign(n2.kafka_port, None) == (ErrorCode.none, ErrorCode.no_reassignment_in_progress)
+        assert states(n1.kafka_port) == {}
         for server in (n1, n2, n3):
             no_traceback(server)

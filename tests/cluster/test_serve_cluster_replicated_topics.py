@@ -57,12 +57,12 @@ periodic fsyncs, up to 3 s."""
 PRODUCER, CONSUMER, FINAL = 1, 100, 200  # the history's process numbers (FINAL + node id: a full read through it)
 
 
-def three_nodes(stack: ExitStack, etcd: EtcdCluster, tmp_path: Path) -> list[WalgateServer]:
-    """Nodes 1 (the controller, elected first), 2 and 3 with :data:`ARGS`, stopped when ``stack`` closes; once all
-    three are ready."""
-    n1 = stack.enter_context(node(etcd, tmp_path, 1, *ARGS))
+def three_nodes(stack: ExitStack, etcd: EtcdCluster, tmp_path: Path, *args: str) -> list[WalgateServer]:
+    """Nodes 1 (the controller, elected first), 2 and 3 with :data:`ARGS` and ``args``, stopped when ``stack``
+    closes; once all three are ready."""
+    n1 = stack.enter_context(node(etcd, tmp_path, 1, *ARGS, *args))
     wait_log(n1, "node 1: controller")
-    nodes = [n1, *(stack.enter_context(node(etcd, tmp_path, i, *ARGS)) for i in (2, 3))]
+    nodes = [n1, *(stack.enter_context(node(etcd, tmp_path, i, *ARGS, *args)) for i in (2, 3))]
     eventually("three ready nodes", lambda: [r[2] for r in sql(n1, "SHOW DNODES")] == ["ready"] * 3)
     return nodes
 
