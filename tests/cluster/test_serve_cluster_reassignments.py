@@ -5,7 +5,8 @@ ListPartitionReassignments sent to a node that is not the controller.
 A topic of replication factor 3 (``min.insync.replicas=2``) gets acknowledged writes; its partition is moved to
 nodes 1 and 2 (the replication factor lowered: the target in sync, the move completes at once, node 3 stops
 replicating it) and written to again. With node 3 paused, a move back to all three is listed as in progress (node 3
-adding) and cancelled (back to 1 and 2). Node 3 resumed, the move to 3, 1, 2 completes once node 3, an adding replica
+adding; ``walgate cluster reassign --list`` shows it too) and cancelled with ``walgate cluster reassign --cancel``
+(back to 1 and 2). Node 3 resumed, the move to 3, 1, 2 completes once node 3, an adding replica
 with a stale copy, caught up as any follower does; a preferred election makes it the leader, from which every
 acknowledged value is read in order. A target on a node that does not hold the partition is refused (not supported
 yet), as is a cancellation with no move in progress; nothing is listed as moving at the end; no node logged a
@@ -13,8 +14,10 @@ traceback."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import subprocess
 import time
 from contextlib import ExitStack
 from pathlib import Path
@@ -26,6 +29,7 @@ from etcd_cluster import EtcdCluster
 from serve_support import create_topics, eventually, no_traceback, produce_to
 from test_serve_cluster_replicated_topics import described, three_nodes
 
+from livewalgate import WALGATE, WalgateServer, walgate_env
 from tests.gateway.gateway_helpers import KafkaConnection, build, kio_classes
 from walgate.wire.errors import ErrorCode
 
@@ -48,6 +52,12 @@ def reassign(port: int, replicas: list[int] | None) -> tuple[int, int]:
 
 def moving(port: int) -> tuple[Any, ...]:
     return call(port, 46, 0, {"timeout": 30_000, "topics": None}).topics
+
+
+def cli(server: WalgateServer, *args: str) -> subprocess.CompletedProcess[str]:
+    """``walgate cluster reassign ARGS`` against ``server`` (bounded)."""
+    return subprocess.run([*WALGATE, "cluster", "reassign", *args, "-b", f"127.0.0.1:{server.kafka_port}"],
+                          check=False, capture_output=True, text=True, timeout=60, env=walgate_env())
 
 
 def read_all(port: int, count: int) -> list[bytes]:
@@ -92,7 +102,10 @@ def test_a_partition_moved_off_a_node_and_back_keeps_every_acknowledged_write(et
         assert reassign(n2.kafka_port, [1, 2, 3]) == (ErrorCode.none, ErrorCode.none)
         eventually("the move listed", lambda: states(n2.kafka_port) == {0: ([1, 2, 3], [3], [])})
         assert described(n1, TOPIC)[0][1:] == ([1, 2, 3], [1, 2])
-        assert reassign(n1.kafka_port, None) == (ErrorCode.none, ErrorCode.none)  # cancelled
+        assert json.loads(cli(n1, "--list", "--json").stdout) == [{
+            "topic": TOPIC, "partition": 0, "replicas": [1, 2, 3], "adding_replicas": [3], "removing_replicas": []}]
+        cancelled = cli(n1, "--cancel", "-p", f"{TOPIC}/0", "--json")
+        assert json.loads(cancelled.stdout)[0]["result"] == "cancelled", cancelled.stderr
         eventually("back to 1 and 2", lambda: states(n2.kafka_port) == {} and described(n2, TOPIC)[0][1] == [1, 2])
         os.kill(n3.proc.pid, signal.SIGCONT)
 
