@@ -92,6 +92,19 @@ def test_a_move_replaced_by_another_removes_the_first_ones_adding_replicas() -> 
     assert (second.replicas, second.adding, second.removing) == ((4, 2, 1, 3), (4,), (1, 3))
 
 
+def test_a_move_asked_again_keeps_its_adding_replicas_out_of_unclean_elections() -> None:
+    """(Found by the state machine: the same move asked again while its adding replica had not caught up made it an
+    original replica, which an unclean election then chose with an empty log.)"""
+    moving = reassign(initial_state((1, 2), LIVE, 1, unclean_election=True), (3,), LIVE)
+    assert isinstance(moving, PartitionState) and moving.adding == (3,)
+    only_3 = {3: 30}
+    again = reassign(moving, (3,), only_3)
+    assert isinstance(again, PartitionState)
+    assert (again.adding, again.removing, again.leader) == ((3,), (1, 2), NO_LEADER)
+    other = reassign(moving, (3, 4), LIVE)
+    assert isinstance(other, PartitionState) and (other.adding, other.original) == ((3, 4), (1, 2))
+
+
 def test_cancellation_reverts_to_the_original_replicas() -> None:
     state = initial_state((1, 2), LIVE, 1)
     moving = reassign(state, (3, 4), LIVE)

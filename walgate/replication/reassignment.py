@@ -46,7 +46,8 @@ def reassign(state: PartitionState, target: tuple[int, ...], live: Mapping[int, 
     replicas than the topic's ``min.insync.replicas`` (walgate's own refusal: such a move could never complete).
 
     A move already in progress is replaced, as in Kafka: the replicas now are the old move's union, so an adding
-    replica the new target leaves out is removed, and a removing one it names stays. A target that needs no new
+    replica the new target leaves out is removed, and a removing one it names stays; an adding one it names stays
+    adding (unlike Kafka's, which counts it an original replica). A target that needs no new
     replica completes at once when the target replicas are all in the ISR (a replication factor lowered)."""
     if not target or len(set(target)) != len(target):
         return Refusal(ErrorCode.invalid_replica_assignment,
@@ -60,7 +61,9 @@ def reassign(state: PartitionState, target: tuple[int, ...], live: Mapping[int, 
                        f"the replica assignment {list(target)} has fewer replicas than min.insync.replicas"
                        f" ({state.min_isr}): the move could never complete")
     removing = tuple(sorted(set(state.replicas) - set(target)))
-    adding = tuple(sorted(set(target) - set(state.replicas)))
+    # (a replica the move in progress is adding stays an adding one: it may not have caught up; Kafka's
+    # PartitionReassignmentReplicas would take it for an original replica, eligible in an unclean election)
+    adding = tuple(sorted(set(target) - set(state.original)))
     moved = replace(state, replicas=target + removing, adding=adding, removing=removing,
                     partition_epoch=state.partition_epoch + 1)
     return settle(moved, live)
