@@ -299,6 +299,26 @@ def tls_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsNode]:
         assert "Traceback" not in server.log(), server.log()
 
 
+def test_cluster_reassign_on_a_single_node_refuses_one_copy_partitions(server: WalgateServer) -> None:
+    """``walgate cluster reassign`` (AlterPartitionReassignments, ListPartitionReassignments): a single node's
+    partitions have one copy each, so a move is refused with its reason and exit 1, a cancellation finds none, and
+    nothing is listed; malformed ``-p`` and ``-p`` without replicas (but for ``--cancel``) are usage errors.
+    (Moves that happen: tests/cluster/test_serve_cluster_reassignments.py.)"""
+    create_topic(server, "moves", 1)
+    refused = walgate(server, "cluster", "reassign", "-p", "moves/0:0", "-p", "moves/3:0", "--json")
+    assert refused.returncode == 1 and "the reassignment was refused for 2 partition(s)" in refused.stderr
+    assert [(r["topic"], r["partition"], r["result"]) for r in json.loads(refused.stdout)] == [
+        ("moves", 0, "INVALID_REPLICA_ASSIGNMENT"), ("moves", 3, "UNKNOWN_TOPIC_OR_PARTITION")]
+    cancel = walgate(server, "cluster", "reassign", "--cancel", "-p", "moves/0")
+    assert cancel.returncode == 1 and "NO_REASSIGNMENT_IN_PROGRESS" in cancel.stdout
+    assert as_json(walgate(server, "cluster", "reassign", "--list", "--json")) == []
+    table = ok(walgate(server, "cluster", "reassign", "--list", "--topic", "moves"))
+    assert all(column in table for column in ("TOPIC", "PARTITION", "REPLICAS", "ADDING", "REMOVING"))
+    fails(walgate(server, "cluster", "reassign", "-p", "moves/0"), 2, "-p takes TOPIC/PARTITION:R1,R2,...")
+    fails(walgate(server, "cluster", "reassign"), 2, "name the partitions to move")
+    bad_usage(walgate(server, "cluster", "reassign", "-p", "moves:1,2"), "expected TOPIC/PARTITION:R1,R2,...")
+
+
 def walgate_at(bootstrap: str, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*WALGATE, *args, "--bootstrap-server", bootstrap, "--timeout", "10"], check=False,
                           input=stdin, capture_output=True, text=True, timeout=CLI_TIMEOUT, env=walgate_env())

@@ -60,6 +60,15 @@ def test_nodes_replicated_and_one_copy_vgroups_are_shown_with_what_is_wrong_with
     assert all(p["adding_replicas"] == () and p["removing_replicas"] == () for p in page["partitions"])
 
 
+def test_a_move_in_progress_shows_its_adding_and_removing_replicas() -> None:
+    moving = PartitionState((2, 3, 1), 1, 7, 9, (IsrMember(1, 10), IsrMember(2, 20)), (), 1, adding=(3,), removing=(1,))
+    page = cluster_page("walgate", 1, MEMBERSHIP, EPOCHS, {PartitionId("aa", 0): moving},
+                        [Placed("aa", "r", None, 0, (1, 2))])
+    [p] = page["partitions"]
+    assert (p["replicas"], p["adding_replicas"], p["removing_replicas"]) == ((2, 3, 1), (3,), (1,))
+    assert not p["under_replicated"]  # 2 in sync of the 2 original replicas (Kafka: the adding ones do not count)
+
+
 def test_a_node_not_registered_yet_and_no_states_show_every_vgroup_by_its_placement() -> None:
     page = cluster_page("c", 1, Membership(), {}, {}, [Placed("aa", "r", None, 0, (1, 2, 3)),
                                                       Placed("cc", "power", None, 0, (1,))])

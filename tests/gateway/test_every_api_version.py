@@ -333,6 +333,17 @@ def incremental_alter_configs(conn: KafkaConnection, node: Node, version: int) -
         {"name": "retention.ms", "config_operation": 0, "value": "604800000"}]}]}  # SET, to its default
 
 
+@request(45)
+def alter_partition_reassignments(conn: KafkaConnection, node: Node, version: int) -> dict[str, Any]:
+    # nothing named: answered NONE (a move of a single node's one-copy partition is refused: test_kafka_reassignments)
+    return {"timeout": 10_000, "allow_replication_factor_change": True, "topics": []}
+
+
+@request(46)
+def list_partition_reassignments(conn: KafkaConnection, node: Node, version: int) -> dict[str, Any]:
+    return {"timeout": 10_000, "topics": None}
+
+
 @request(47)
 def offset_delete(conn: KafkaConnection, node: Node, version: int) -> dict[str, Any]:
     commit(conn, f"offsets-deleted-v{version}")

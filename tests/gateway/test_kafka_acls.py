@@ -141,6 +141,12 @@ def test_acls_and_grants_are_one_store_checked_by_every_api(tmp_path: Path):
                                      "timeout": 10_000})  # ElectLeaders: Alter on the cluster
         assert (elected.error_code, elected.replica_election_results[0].partition_result[0].error_code) == (
             ErrorCode.cluster_authorization_failed, ErrorCode.cluster_authorization_failed)
+        moved = call(conn, 45, 1, {"timeout": 10_000, "allow_replication_factor_change": True, "topics": [
+            {"name": "open", "partitions": [{"partition_index": 0, "replicas": [0]}]}]})  # Alter on the cluster
+        assert (moved.error_code, moved.responses[0].partitions[0].error_code) == (
+            ErrorCode.cluster_authorization_failed, ErrorCode.cluster_authorization_failed)
+        assert call(conn, 46, 0, {"timeout": 10_000, "topics": None}).error_code == \
+            ErrorCode.cluster_authorization_failed  # ListPartitionReassignments: Describe on the cluster
         assert call(conn, 10, 4, {"key_type": 0, "coordinator_keys": ["g", "other"]}).coordinators[1].error_code == \
             ErrorCode.group_authorization_failed
         join = {"session_timeout": 30_000, "rebalance_timeout": 30_000, "member_id": "", "protocol_type": "consumer",

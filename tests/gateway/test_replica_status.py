@@ -150,7 +150,7 @@ def test_counts_of_a_census() -> None:
                       [FollowedLag(other, "db2", 2, 7), FollowedLag(PartitionId("x", 0), "db3", 3, 2)],
                       {1: 10, 2: 21, 3: 30}, 4, 3, True, 2)
     samples = _samples(_render(c))
-    assert value(samples, RM + "underreplicatedpartitions") == 1
+    assert value(samples, RM + "underreplicatedpartitions") == 1 and value(samples, RM + "reassigningpartitions") == 0
     assert value(samples, RM + "underminisrpartitioncount") == 1 and value(samples, RM + "atminisrpartitioncount") == 0
     assert value(samples, RM + "partitioncount") == 3 and value(samples, RM + "leadercount") == 2
     assert value(samples, RM + "isrshrinks_total") == 4 and value(samples, RM + "isrexpands_total") == 3
@@ -163,6 +163,16 @@ def test_counts_of_a_census() -> None:
     node3 = replace(c, node_id=3, broker_epoch=31, controller=False)  # restarted: its ISR entries are under 30
     assert not_in_sync(node3) == [PID, PartitionId(DB_ID, 1), other] and node3.name(other) == "db2/4" and node3.name(PID) == f"{DB}/0"
     assert value(_samples(_render(node3)), "kafka_controller_kafkacontroller_offlinepartitionscount") == 0
+
+
+def test_a_move_in_progress_is_counted_and_its_adding_replicas_are_not_under_replication() -> None:
+    moving = replace(_state(1, {1: 10, 2: 20}), replicas=(1, 2, 3), adding=(3,))  # 3 adding, not in sync yet
+    shrunk = replace(_state(1, {1: 10}), replicas=(1, 2, 3), adding=(3,))  # 2 out of sync too
+    c = ReplicaCensus(1, 10, True, {PID: moving, PartitionId(DB_ID, 1): shrunk},
+                      {PID: (DB, moving), PartitionId(DB_ID, 1): (DB, shrunk)}, [], {1: 10, 2: 20, 3: 30}, 0, 0, False)
+    samples = _samples(_render(c))
+    assert value(samples, RM + "reassigningpartitions") == 2 and value(samples, RM + "underreplicatedpartitions") == 1
+    assert value(samples, "kafka_cluster_partition_underreplicated", database=DB, vgroup="0") == 0
 
 
 class _Census(Collector):

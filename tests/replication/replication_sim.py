@@ -16,6 +16,8 @@ what must hold while it runs and at the end:
 * no duplicate: no value at two offsets;
 * one value per offset: every replica's entries below its high watermark are the values first seen committed there,
   so the logs are identical below each replica's high watermark;
+* a replica move (KIP-455, the ``replica_moves`` scenario: a fourth node starts outside the replicas, with an empty
+  log) is complete once settled, and its new replicas hold every acknowledged value;
 * the high watermark never decreases on a leader within its epoch;
 * writes of one leader epoch are acknowledged by one leader only;
 * after settling, every replica is back in the ISR (none left refusing its leader's entries for good).
@@ -38,7 +40,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from walgate.replication import epochs, leader, partition
+from walgate.replication import epochs, leader, partition, reassignment
 from walgate.replication.epochs import EpochEnd, LeaderEpochCache
 from walgate.replication.partition import NO_LEADER, AlterIsr, PartitionState
 from walgate.wire.errors import ErrorCode
@@ -52,6 +54,7 @@ class Config:
     """Times in simulated milliseconds (Kafka's defaults scaled down by about 100)."""
 
     nodes: int = 3
+    spares: int = 0  # the last nodes, outside the replicas at first (a move's adding replicas, empty logs)
     min_isr: int = 2
     producers: int = 4
     fault_ms: int = 1200
@@ -172,9 +175,11 @@ class Checker:
         if serving is None or serving.leader_epoch != state.leader_epoch:
             self.violations.append(f"no serving leader after settling: {state}")
             return
-        out = [n.id for n in nodes if n.id not in state.isr_ids]
+        if state.moving:
+            self.violations.append(f"a replica move still in progress after settling: {state}")
+        out = [n.id for n in nodes if n.id in state.replicas and n.id not in state.isr_ids]
         if out:
-            self.violations.append(f"nodes {out} out of the ISR after settling: {state}")
+            self.violations.append(f"replicas {out} out of the ISR after settling: {state}")
         final = nodes[state.leader]
         for value, offset, epoch, node in self.acks:
             if offset >= final.hw or final.log[offset].value != value:
@@ -210,7 +215,7 @@ class Simulation:
         for node in self.nodes:
             node.broker_epoch = node.process_epoch = self._register(node, None)
         live = self._live()
-        self.state = partition.initial_state(tuple(range(self.cfg.nodes)), live, self.cfg.min_isr)
+        self.state = partition.initial_state(tuple(range(self.cfg.nodes - self.cfg.spares)), live, self.cfg.min_isr)
         self.known_incarnation = {n.id: n.incarnation for n in self.nodes}
 
     # -- the event queue and the network ------------------------------------------------------------------------
@@ -294,6 +299,19 @@ class Simulation:
             self.state = new
         self.at(20, self.controller_tick)
 
+    def etcd_reassign(self, target: tuple[int, ...] | None) -> None:
+        """A reassignment (``target``) or its cancellation (None), as the controller serves it."""
+        live = self._live()
+        new = (reassignment.cancel(self.state, live) if target is None
+               else reassignment.reassign(self.state, target, live))
+        if isinstance(new, reassignment.Refusal):
+            self.log(f"controller: {'cancel' if target is None else f'move to {list(target)}'} refused: {new.message}")
+            return
+        self.log(f"controller: {'cancel' if target is None else f'move to {list(target)}'}: replicas "
+                 f"{list(new.replicas)} adding {list(new.adding)} removing {list(new.removing)} leader {new.leader} "
+                 f"epoch {new.leader_epoch}")
+        self.state = new
+
     # -- a node's process ---------------------------------------------------------------------------------------
 
     def tick(self, node: Node, session: int) -> None:
@@ -342,6 +360,8 @@ class Simulation:
                 self.resign(node)
         if node.lead is None and node.broker_epoch is not None and partition.leads(state, node.id, node.broker_epoch):
             self.become_leader(node, state)
+        elif node.id not in state.replicas:  # not a replica (yet, or any more): it neither leads nor follows
+            node.following = None
         elif state.leader not in (NO_LEADER, node.id) and node.following != (state.leader, state.leader_epoch):
             node.following = (state.leader, state.leader_epoch)
             node.truncated = False
@@ -761,6 +781,18 @@ def background_faults(sim: Simulation, count: int) -> None:
             sim.at(back, sim.heal)
 
 
+def replica_moves(sim: Simulation) -> None:
+    """Move the replicas to 3 of the 4 nodes, in a random order, two or three times (one in three cancelled soon
+    after), the last one well before the faults end; the default background faults go on meanwhile."""
+    t = 0
+    for _ in range(sim.rng.randint(2, 3)):
+        t += sim.rng.randint(100, 300)
+        target = sim.rng.sample(range(sim.cfg.nodes), 3)
+        sim.at(t, sim.etcd_reassign, tuple(target))
+        if sim.rng.random() < 1 / 3:
+            sim.at(t + sim.rng.randint(5, 60), sim.etcd_reassign, None)
+
+
 SCENARIOS: dict[str, Callable[[Simulation], None]] = {
     "leader_kill_loop": leader_kill_loop,
     "fast_double_failover": fast_double_failover,
@@ -771,13 +803,16 @@ SCENARIOS: dict[str, Callable[[Simulation], None]] = {
     "power_loss": power_loss,
     "lone_leader": lone_leader,
     "lease_storm": lease_storm,
+    "replica_moves": replica_moves,
 }
 SCENARIO_NAMES = list(SCENARIOS)
+SCENARIO_CONFIGS = {"replica_moves": Config(nodes=4, spares=1)}
 
 
 def run_seed(seed: int, scenario: str | None = None) -> Simulation:
     """Run seed ``seed`` (its scenario is the seed's by default) and return the finished simulation."""
-    sim = Simulation(seed, scenario=scenario or SCENARIO_NAMES[seed % len(SCENARIO_NAMES)])
+    name = scenario or SCENARIO_NAMES[seed % len(SCENARIO_NAMES)]
+    sim = Simulation(seed, SCENARIO_CONFIGS.get(name), scenario=name)
     sim.run()
     return sim
 

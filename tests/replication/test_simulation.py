@@ -95,6 +95,15 @@ def _hw_ignoring_min_isr(current: int, positions: list[int | None], isr_size: in
 def _ack_ignoring_min_isr(hw: int, offset: int, isr_size: int, min_isr: int) -> ErrorCode | None:
     return _ack_status(hw, offset, min_isr, min_isr)
 
+_settle = partition.settle
+
+
+def _adding_in_sync(state: PartitionState, live: dict[int, int], wiped: frozenset[int] = frozenset()) -> PartitionState:
+    """The controller's rules with a move's adding replicas taken as in sync before they caught up."""
+    joined = {IsrMember(r, live[r]) for r in state.adding if r in live}
+    return _settle(replace(state, isr=tuple(sorted({*state.isr, *joined}))), live, wiped)
+
+
 MUTATIONS: dict[str, tuple[list[tuple[object, str, Callable[..., object]]], str | None]] = {
     "hw from the fetched, not the durable, end": ([(leader, "hw_position", _hw_from_fetched)], "power_loss"),
     "ISR expansion without the KIP-903 broker epoch": (
@@ -104,6 +113,8 @@ MUTATIONS: dict[str, tuple[list[tuple[object, str, Callable[..., object]]], str 
     "follower not truncating by epoch": ([(epochs, "follower_truncation", _no_truncation)], None),
     "acks=all answered with the ISR below min.insync.replicas": (
         [(leader, "high_watermark", _hw_ignoring_min_isr), (leader, "ack_status", _ack_ignoring_min_isr)], "lone_leader"),
+    "a move's adding replicas taken as in sync before they caught up (KIP-455)": (
+        [(partition, "settle", _adding_in_sync)], "replica_moves"),
 }
 
 

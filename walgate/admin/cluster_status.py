@@ -72,8 +72,9 @@ class NodeView:
 class PartitionView:
     """One replicated vgroup's partition state. ``database`` is None when no catalog record names its id; ``topic``
     is the Kafka-native topic whose database it is, if any. ``leader`` is None for no leader. ``adding_replicas`` and
-    ``removing_replicas`` are a reassignment's (Kafka's ``PartitionRegistration``): always empty, as no partition state
-    holds a reassignment yet (issue 26's AlterPartitionReassignments)."""
+    ``removing_replicas`` are a replica move's in progress (KIP-455; Kafka's ``PartitionRegistration``), empty
+    otherwise; ``under_replicated`` counts the ISR against the replicas without the adding ones, as Kafka's
+    ``Partition.isUnderReplicated`` does during a move."""
 
     database: str | None
     topic: str | None
@@ -178,7 +179,8 @@ def assembled(cluster: str, view: Membership, epochs: Mapping[int, int], states:
         partitions.append(PartitionView(
             database, topic, pid.db_id, pid.vgroup, None if state.leader == NO_LEADER else state.leader,
             state.leader_epoch, state.replicas, tuple(m.replica for m in state.isr), state.elr, state.min_isr,
-            len(state.isr) < len(state.replicas), len(state.isr) < state.min_isr, not leader_live(state, epochs)))
+            len(state.isr) < len(state.original), len(state.isr) < state.min_isr, not leader_live(state, epochs),
+            state.adding, state.removing))
     partitions.sort(key=lambda p: (p.topic or p.database or p.db_id, p.db_id, p.vgroup))
     return ClusterView(cluster, view.controller, tuple(nodes), tuple(partitions), damaged)
 

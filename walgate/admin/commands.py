@@ -14,7 +14,8 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeAlias
 
-__all__ = ["DEFAULT_BOOTSTRAP", "DEFAULT_FORMAT", "DEFAULT_TIMEOUT", "add_commands", "add_elect", "datetime_ms",
+__all__ = ["DEFAULT_BOOTSTRAP", "DEFAULT_FORMAT", "DEFAULT_TIMEOUT", "add_commands", "add_elect", "add_reassign",
+           "datetime_ms", "partition_move",
            "kafka_flags", "key_value", "topic_partitions"]
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
@@ -64,6 +65,37 @@ def add_elect(actions: _Commands) -> None:
     elect.add_argument("--partition", type=int, metavar="P", help="only partition P of --topic")
     elect.add_argument("--json", action="store_true", help="print one JSON array")
     elect.set_defaults(run=_lazy("elect", "elect"))
+
+
+def add_reassign(actions: _Commands) -> None:
+    """``walgate cluster reassign`` (the cluster command's actions: walgate/gateway/cluster_up.py)."""
+    reassign = actions.add_parser("reassign", parents=[kafka_flags()],
+                                  help="move partitions' replicas, cancel moves, list those in progress (Kafka "
+                                       "protocol, as kafka-reassign-partitions)")
+    reassign.add_argument("-p", "--partition", action="append", default=[], type=partition_move, dest="moves",
+                          metavar="TOPIC/PARTITION[:R1,R2,...]",
+                          help="a partition to move to nodes R1,R2,... (the first its preferred leader); with "
+                               "--cancel, one whose move to cancel (repeatable)")
+    kind = reassign.add_mutually_exclusive_group()
+    kind.add_argument("--cancel", action="store_true", help="cancel the moves of the -p partitions")
+    kind.add_argument("--list", action="store_true", help="list the moves in progress")
+    reassign.add_argument("--topic", metavar="TOPIC", help="with --list: only this topic's")
+    reassign.add_argument("--json", action="store_true", help="print one JSON array")
+    reassign.set_defaults(run=_lazy("reassign", "reassign"))
+
+
+def partition_move(text: str) -> tuple[str, int, tuple[int, ...] | None]:
+    """``TOPIC/PARTITION:R1,R2,...`` (or ``TOPIC/PARTITION``: no replicas, for ``--cancel``) as (topic, partition,
+    replicas or None); argparse's type."""
+    named, sep, replicas = text.rpartition(":") if ":" in text else (text, "", "")
+    topic, slash, partition = named.rpartition("/")
+    try:
+        target = tuple(int(r) for r in replicas.split(",")) if sep else None
+        if not topic or not slash or int(partition) < 0 or (target is not None and not target):
+            raise ValueError
+        return topic, int(partition), target
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected TOPIC/PARTITION:R1,R2,... (node ids)") from None
 
 
 def _lazy(module: str, command: str) -> Callable[[argparse.Namespace], int]:

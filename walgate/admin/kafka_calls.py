@@ -1,6 +1,6 @@
 """Kafka requests that confluent-kafka's AdminClient does not make: share groups' administration (KIP-932:
 ShareGroupDescribe, DescribeShareGroupOffsets, AlterShareGroupOffsets, DeleteShareGroupOffsets, and ListGroups with
-a type filter). One blocking connection per broker, requests framed by :func:`walgate.wire.protocol.encode_request`
+a type filter) and replica moves (KIP-455: AlterPartitionReassignments, ListPartitionReassignments). One blocking connection per broker, requests framed by :func:`walgate.wire.protocol.encode_request`
 and responses decoded with kio's serialisers (generated from Kafka's message JSONs), so they work against any broker
 that has the APIs.
 
@@ -48,7 +48,8 @@ class KafkaCalls:
         self._client_id = str(settings.get("client.id", "walgate-cli"))
         protocol = str(settings.get("security.protocol", "plaintext")).lower()
         if protocol.startswith("sasl"):
-            raise UsageError("share-group commands do not support SASL listeners yet: use a PLAINTEXT or SSL one")
+            raise UsageError("share-group and reassign commands do not support SASL listeners yet: use a PLAINTEXT or "
+                             "SSL one")
         self._tls: ssl.SSLContext | None = None
         if protocol == "ssl":
             context = ssl.create_default_context(cafile=settings.get("ssl.ca.location"))

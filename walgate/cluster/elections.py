@@ -1,4 +1,5 @@
-"""Leader elections asked of the controller (ElectLeaders, api 43; KIP-460), through etcd.
+"""Leader elections (ElectLeaders, api 43; KIP-460) and replica moves (AlterPartitionReassignments, api 45;
+KIP-455: :mod:`walgate.cluster.reassignments`) asked of the controller, through etcd.
 
 Any node takes the request; only the controller writes partition states (one writer: its fenced transactions,
 :class:`~walgate.cluster.partition_states.Reconciler`). So the node asked puts ``elections/requests/<id>``
@@ -9,8 +10,9 @@ fenced transaction (per :data:`~walgate.cluster.partition_codec.MAX_STATES_PER_T
 reads the outcome (:func:`ask`). etcd is the transport, as for catalog proposals (:mod:`walgate.gateway.
 shared_catalog`): every node reaches it, and a request whose node died goes with its lease.
 
-Values (JSON): a request ``{"type": 0|1, "partitions": [[db id, vgroup], ...]}``; an outcome ``{"results": [[db id,
-vgroup, error code], ...]}`` (0: elected).
+Values (JSON): a request ``{"type": 0|1, "partitions": [[db id, vgroup], ...]}``, or a reassignment's
+(:mod:`walgate.cluster.reassignments`); an outcome ``{"results": [[db id, vgroup, error code], ...]}`` (0: elected,
+or moved).
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from dataclasses import dataclass
 from walgate.cluster.etcd import EtcdSession, tx
 from walgate.cluster.model import ControlPlaneError, Keys
 from walgate.cluster.partition_codec import PartitionId
+from walgate.cluster.reassignments import ReassignmentRequest, decode_reassignment, encode_reassignment
+from walgate.cluster.reassignments import decide as decide_moves
 from walgate.replication.elections import ElectionType, elect_leader
 from walgate.replication.partition import PartitionState
 from walgate.wire.errors import ErrorCode
@@ -51,15 +55,19 @@ class ElectionRequest:
     partitions: tuple[PartitionId, ...]
 
 
-def encode_request(request: ElectionRequest) -> bytes:
+def encode_request(request: ElectionRequest | ReassignmentRequest) -> bytes:
+    if isinstance(request, ReassignmentRequest):
+        return encode_reassignment(request)
     partitions = [[p.db_id, p.vgroup] for p in request.partitions]
     return json.dumps({"type": int(request.election), "partitions": partitions}).encode()
 
 
-def decode_request(value: bytes) -> ElectionRequest:
+def decode_request(value: bytes) -> ElectionRequest | ReassignmentRequest:
     """Raises :class:`ElectionRequestDamaged`."""
     try:
         d = json.loads(value)
+        if isinstance(d, dict) and "reassign" in d:
+            return decode_reassignment(d)
         election = ElectionType(d["type"])
         partitions = tuple(_pid(p) for p in d["partitions"])
     except (ValueError, KeyError, TypeError) as e:
@@ -85,11 +93,14 @@ def decode_outcome(value: bytes) -> dict[PartitionId, ErrorCode]:
         raise ElectionRequestDamaged(f"an election outcome in etcd is not walgate's: {value[:200]!r} ({e})") from e
 
 
-def decide(request: ElectionRequest, states: Mapping[PartitionId, PartitionState], live: Mapping[int, int]
-           ) -> tuple[dict[PartitionId, PartitionState], dict[PartitionId, ErrorCode]]:
+def decide(request: ElectionRequest | ReassignmentRequest, states: Mapping[PartitionId, PartitionState],
+           live: Mapping[int, int]) -> tuple[dict[PartitionId, PartitionState], dict[PartitionId, ErrorCode]]:
     """(the states to write, every partition's answer: NONE for those) of ``request`` on ``states`` under the
-    registrations ``live``. A partition with no state (none made yet, or its key damaged) is answered as one with
-    no eligible replica: PREFERRED_LEADER_NOT_AVAILABLE or ELIGIBLE_LEADERS_NOT_AVAILABLE."""
+    registrations ``live`` (a reassignment: :func:`walgate.cluster.reassignments.decide`). A partition with no
+    state (none made yet, or its key damaged) is answered as one with no eligible replica:
+    PREFERRED_LEADER_NOT_AVAILABLE or ELIGIBLE_LEADERS_NOT_AVAILABLE."""
+    if isinstance(request, ReassignmentRequest):
+        return decide_moves(request, states, live)
     unavailable = (ErrorCode.preferred_leader_not_available if request.election == ElectionType.PREFERRED
                    else ErrorCode.eligible_leaders_not_available)
     writes: dict[PartitionId, PartitionState] = {}
@@ -104,9 +115,9 @@ def decide(request: ElectionRequest, states: Mapping[PartitionId, PartitionState
     return writes, answers
 
 
-async def ask(session: EtcdSession, keys: Keys, node_id: int, lease: int, request: ElectionRequest
-              ) -> dict[PartitionId, ErrorCode]:
-    """Have the controller make ``request``: its answer per partition, once it wrote the elected states. Bound it
+async def ask(session: EtcdSession, keys: Keys, node_id: int, lease: int,
+              request: ElectionRequest | ReassignmentRequest) -> dict[PartitionId, ErrorCode]:
+    """Have the controller make ``request``: its answer per partition, once it wrote the states. Bound it
     with a timeout: a request not answered (no controller, no etcd quorum) is withdrawn when cancelled, unless the
     controller took it meanwhile (then its elections stand). Raises :class:`ControlPlaneError` (etcd did not take
     or answer a call) or :class:`ElectionRequestDamaged` (an outcome that is not walgate's)."""

@@ -2,7 +2,9 @@
 batches of changes. Pure: no I/O, no asyncio (:mod:`walgate.cluster.partition_states` reads and writes etcd).
 
 A value is ``{"replicas": [...], "leader": id|-1, "leader_epoch": n, "isr": [[id, broker epoch], ...], "elr": [...],
-"min_isr": n, "unclean": bool}``; the partition epoch is not in it: it is the key's ``mod_revision``, which every
+"min_isr": n, "unclean": bool}``, with ``"adding": [...]`` and ``"removing": [...]`` while replicas are being moved
+(KIP-455; written only then, so a state without a move has the value it had before moves existed, and a value
+without them decodes as no move in progress); the partition epoch is not in it: it is the key's ``mod_revision``, which every
 write of the key compares (KIP-497's partition epoch, grown by etcd itself on every change). A value that is not a
 state :class:`~walgate.replication.partition.PartitionState` allows (not JSON, a field missing or of another type, a
 broken invariant) raises :class:`PartitionStateDamaged`, never another exception.
@@ -64,9 +66,12 @@ def partition_id(keys: Keys, key: bytes) -> PartitionId:
 
 def encode_state(state: PartitionState) -> bytes:
     """The value of ``state``'s key (its partition epoch is the key's ``mod_revision``, not in the value)."""
-    return json.dumps({"replicas": list(state.replicas), "leader": state.leader, "leader_epoch": state.leader_epoch,
-                       "isr": [[m.replica, m.broker_epoch] for m in state.isr], "elr": list(state.elr),
-                       "min_isr": state.min_isr, "unclean": state.unclean_election}, sort_keys=True).encode()
+    value: dict[str, Any] = {"replicas": list(state.replicas), "leader": state.leader,
+                             "leader_epoch": state.leader_epoch, "isr": [[m.replica, m.broker_epoch] for m in state.isr],
+                             "elr": list(state.elr), "min_isr": state.min_isr, "unclean": state.unclean_election}
+    if state.moving:
+        value |= {"adding": list(state.adding), "removing": list(state.removing)}
+    return json.dumps(value, sort_keys=True).encode()
 
 
 def _int(d: Mapping[str, Any], field: str) -> int:
@@ -85,7 +90,8 @@ def _ints(values: Any, field: str) -> tuple[int, ...]:
 def decode_state(value: bytes, mod_revision: int) -> PartitionState:
     """The state a key holds at ``mod_revision`` (its partition epoch). Raises :class:`PartitionStateDamaged` when
     the value is not one, or breaks an invariant of :class:`PartitionState` (distinct replicas; the ISR and ELR
-    disjoint subsets of them; the leader in the ISR or none; 1 <= min_isr <= the replicas)."""
+    disjoint subsets of them; the leader in the ISR or none; 1 <= min_isr <= the replicas; the adding and removing
+    replicas distinct, disjoint subsets of them, the removing ones last and not all of them)."""
     try:
         d = json.loads(value)
         if not isinstance(d, dict):
@@ -98,7 +104,8 @@ def decode_state(value: bytes, mod_revision: int) -> PartitionState:
         if not isinstance(unclean, bool):
             raise TypeError(f"unclean is {unclean!r}, not a boolean")
         state = PartitionState(_ints(d["replicas"], "replicas"), _int(d, "leader"), _int(d, "leader_epoch"),
-                               mod_revision, isr, _ints(d["elr"], "elr"), _int(d, "min_isr"), unclean)
+                               mod_revision, isr, _ints(d["elr"], "elr"), _int(d, "min_isr"), unclean,
+                               _ints(d.get("adding", []), "adding"), _ints(d.get("removing", []), "removing"))
     except (ValueError, KeyError, TypeError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
         raise PartitionStateDamaged(f"a partition state in etcd is not walgate's: {value[:200]!r} ({e})") from e
     replicas, ids = set(state.replicas), [m.replica for m in state.isr]
@@ -108,10 +115,18 @@ def decode_state(value: bytes, mod_revision: int) -> PartitionState:
               if len(set(state.elr)) != len(state.elr) or not replicas >= set(state.elr) or set(state.elr) & set(ids)
               else "the leader not in the ISR" if state.leader != NO_LEADER and state.leader not in ids
               else "min_isr out of range" if not 1 <= state.min_isr <= len(replicas)
-              else "a negative epoch" if state.leader_epoch < 0 or mod_revision < 0 else None)
+              else "a negative epoch" if state.leader_epoch < 0 or mod_revision < 0
+              else "adding or removing replicas repeated, not replicas or both" if not _moves_valid(state) else None)
     if broken is not None:
         raise PartitionStateDamaged(f"a partition state in etcd is not walgate's: {value[:200]!r} ({broken})")
     return state
+
+
+def _moves_valid(state: PartitionState) -> bool:
+    adding, removing = set(state.adding), set(state.removing)
+    return (len(adding) == len(state.adding) and len(removing) == len(state.removing) and not adding & removing
+            and adding | removing <= set(state.replicas) and len(removing) < len(state.replicas)
+            and state.replicas[len(state.replicas) - len(removing):] == state.removing)
 
 
 def reconcile_all(states: Mapping[PartitionId, PartitionState], live: Mapping[int, int]

@@ -43,6 +43,7 @@ from walgate.cluster.partition_codec import (
     reconcile_all,
     reconfigured_states,
 )
+from walgate.cluster.reassignments import ReassignmentRequest
 from walgate.cluster.registry import broker_epoch
 from walgate.replication.elections import ElectionType, elect_leader, imbalanced
 from walgate.replication.partition import NO_LEADER, AlterIsr, IsrMember, PartitionState, alter_partition
@@ -290,9 +291,11 @@ class Reconciler:
     created, ``deleted`` the states deleted, ``unclean_elections`` the leaders it wrote that were neither in the
     ISR nor in the ELR before (Kafka's UncleanLeaderElectionsPerSec).
 
-    **Elections asked and the rebalance** (issue 26): a pass whose reconciliation changed no state also makes the
-    elections nodes asked for (``elections/requests/``, read in the same transaction as the states:
-    :meth:`serve_elections`, :mod:`walgate.cluster.elections`) and, when none is pending and
+    **Elections and replica moves asked, and the rebalance** (issue 26): a pass whose reconciliation changed no
+    state also makes the elections and replica moves (KIP-455) nodes asked for (``elections/requests/``, read in
+    the same transaction as the states: :meth:`serve_elections`, :mod:`walgate.cluster.elections`,
+    :mod:`walgate.cluster.reassignments`); a move in progress is completed by the reconciliation of the pass that
+    finds its target replicas all in sync (``partition.settle``), counted in ``moves_completed``; and, when none is pending and
     ``rebalance_every`` (``leader.imbalance.check.interval.seconds``, ``leader.imbalance.per.broker.percentage``)
     is set, the preferred-leader rebalance once per interval of ``clock`` (:meth:`rebalance`); a request wakes a
     pass as a change of ``partitions/`` does, and the wait between passes ends when the rebalance is due."""
@@ -317,6 +320,7 @@ class Reconciler:
         self.created = 0
         self.deleted = 0
         self.unclean_elections = 0
+        self.moves_completed = 0
 
     async def snapshot(self) -> Snapshot:
         """The registered nodes not in a controlled shutdown (node id -> broker epoch,
@@ -374,6 +378,12 @@ class Reconciler:
         self.written += len(batch)
         for pid in batch:
             old, new = snapshot.states[pid], changes[pid]
+            if new.replicas != old.replicas or new.moving != old.moving:
+                done = old.moving and not new.moving and new.replicas == old.target
+                self.moves_completed += done
+                log.info("controller: %s/%d replicas %s -> %s%s", pid.db_id, pid.vgroup, list(old.replicas),
+                         list(new.replicas), " (move completed)" if done else
+                         f" (adding {list(new.adding)}, removing {list(new.removing)})" if new.moving else "")
             if new.leader != old.leader:
                 log.info("controller: %s/%d leader %d -> %d (leader epoch %d)", pid.db_id, pid.vgroup,
                          old.leader, new.leader, new.leader_epoch)
@@ -395,7 +405,7 @@ class Reconciler:
         refused = 0
         touched: set[PartitionId] = set()
         for request_id, value, lease in snapshot.requests:
-            request: ElectionRequest | None = None
+            request: ElectionRequest | ReassignmentRequest | None = None
             writes: dict[PartitionId, PartitionState] = {}
             answers: dict[PartitionId, ErrorCode] = {}
             try:
@@ -426,7 +436,10 @@ class Reconciler:
                 done.update((pid, ErrorCode.none) for pid in batch)
             else:
                 del self._elected[request_id]
-                if request is not None:
+                if isinstance(request, ReassignmentRequest):
+                    log.info("controller: reassignment of %d partition(s): %d accepted", len(answers),
+                             sum(code == ErrorCode.none for code in answers.values()))
+                elif request is not None:
                     log.info("controller: %s election of %d partition(s): %d leader(s) moved",
                              request.election.name.lower(), len(answers),
                              sum(code == ErrorCode.none for code in answers.values()))

@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
-from walgate.admin.commands import add_elect
+from walgate.admin.commands import add_elect, add_reassign
 
 __all__ = ["Member", "Node", "Plan", "plan", "loopback_hosts", "free_loopback_block", "LocalCluster", "ClusterUpError",
            "add_command", "add_etcd_flags", "cluster_spec"]
@@ -499,6 +499,7 @@ def _add_shown(actions: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
                             help="only the vgroups whose ISR is smaller than their replicas")
     partitions.set_defaults(run=_shown("partitions"))
     add_elect(actions)  # (it speaks Kafka's protocol: walgate/admin/elect.py)
+    add_reassign(actions)  # (so does it: walgate/admin/reassign.py)
 
 
 def add_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -6,7 +6,8 @@ change: :class:`~walgate.gateway.replicas.ReplicaManager`) and counted by pure f
 
 * as a leader, over the vnodes this node leads, each by the newest partition state its view holds (Kafka's
   ``ReplicaManager`` gauges, which count the partitions the broker leads): under-replicated (its ISR smaller than its
-  replicas), under ``min.insync.replicas`` (acks=all writes refused, KIP-164's UnderMinIsr) and at it (one more
+  replicas, those being added by a move in progress left out, as Kafka's ``Partition.isUnderReplicated`` counts),
+  being moved (KIP-455's ReassigningPartitions), under ``min.insync.replicas`` (acks=all writes refused, KIP-164's UnderMinIsr) and at it (one more
   failure refuses them, KIP-427's AtMinIsr); the vnodes led (LeaderCount) and those whose state names this node a
   replica (PartitionCount); the ISR changes this node wrote as leader, those removing members and those adding them
   (IsrShrinksPerSec, IsrExpandsPerSec, counted by :meth:`PartitionStates.alter_isr
@@ -143,8 +144,10 @@ def replication_metrics(c: ReplicaCensus) -> Iterator[Metric]:
     yield _gauge("kafka_server_replicamanager_partitioncount", "Replicated vgroups whose state names this node a "
                  "replica", sum(c.node_id in s.replicas for s in c.states.values()))
     yield _gauge("kafka_server_replicamanager_underreplicatedpartitions",
-                 "Vgroups led here whose ISR is smaller than their replicas",
-                 sum(len(s.isr) < len(s.replicas) for _, (_, s) in led))
+                 "Vgroups led here whose ISR is smaller than their replicas (those being added left out)",
+                 sum(len(s.isr) < len(s.original) for _, (_, s) in led))
+    yield _gauge("kafka_server_replicamanager_reassigningpartitions", "Vgroups led here whose replicas are being "
+                 "moved (KIP-455)", sum(s.moving for _, (_, s) in led))
     yield _gauge("kafka_server_replicamanager_underminisrpartitioncount",
                  "Vgroups led here whose ISR is below min.insync.replicas (acks=all writes refused)",
                  sum(len(s.isr) < s.min_isr for _, (_, s) in led))
@@ -161,7 +164,7 @@ def replication_metrics(c: ReplicaCensus) -> Iterator[Metric]:
     yield CounterMetricFamily("kafka_controller_controllerstats_uncleanleaderelections", "Leaders this node's "
                               "controller elected from outside the ISR and the ELR", value=c.unclean_elections)
     yield _labelled("kafka_cluster_partition_underreplicated", "1 when the vgroup led here is under-replicated",
-                    ((d, p, int(len(s.isr) < len(s.replicas))) for p, (d, s) in led))
+                    ((d, p, int(len(s.isr) < len(s.original))) for p, (d, s) in led))
     yield _labelled("kafka_cluster_partition_insyncreplicascount", "ISR members of the vgroup led here",
                     ((d, p, len(s.isr)) for p, (d, s) in led))
     yield _labelled("kafka_cluster_partition_replicascount", "Replicas of the vgroup led here",

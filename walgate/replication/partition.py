@@ -6,8 +6,14 @@ replicas, and the partition epoch (the key's ``mod_revision``) that every change
 each by a compare-and-swap on the partition epoch:
 
 * the leader, which shrinks and expands the ISR (:func:`alter_partition`, Kafka's AlterPartition: KIP-497);
-* the controller, which fences brokers whose registration ended or changed and elects leaders
-  (:func:`reconcile`: KIP-841, KIP-903, KIP-966).
+* the controller, which fences brokers whose registration ended or changed, completes replica moves and elects
+  leaders (:func:`reconcile`: KIP-841, KIP-903, KIP-966, KIP-455).
+
+A partition whose replicas are being moved (KIP-455's reassignment, :mod:`walgate.replication.reassignment` starts
+and cancels one) carries ``adding`` and ``removing``: ``replicas`` is then the target replicas followed by the
+removing ones (Kafka's ``PartitionReassignmentReplicas``), so the preferred leader is the target's first. An adding
+replica starts with an empty log and fetches like any follower; the leader admits it to the ISR once caught up
+(:func:`alter_partition`), and the controller then completes the move (:func:`complete_reassignment`).
 
 Every request that names a leader epoch is checked against the current one by :func:`check_leader_epoch` (KIP-320).
 """
@@ -21,7 +27,7 @@ from walgate.wire.errors import ErrorCode
 
 __all__ = ["NO_LEADER", "IsrMember", "PartitionState", "AlterIsr", "initial_state", "reconfigure",
            "check_leader_epoch", "same_incarnation", "leads", "leader_live", "change_isr", "alter_partition", "elect",
-           "reconcile"]
+           "complete_reassignment", "settle", "reconcile"]
 
 NO_LEADER = -1
 """The leader of a partition that has none (no eligible replica is alive: the partition is offline)."""
@@ -42,7 +48,9 @@ class PartitionState:
 
     Invariants: ``leader`` is :data:`NO_LEADER` or a member of ``isr``; ``isr`` and ``elr`` are disjoint subsets of
     ``replicas``; ``elr`` is empty while ``isr`` has at least ``min_isr`` members (KIP-966); ``partition_epoch``
-    grows with every change and ``leader_epoch`` with every election.
+    grows with every change and ``leader_epoch`` with every election. ``adding`` and ``removing`` (KIP-455: empty
+    unless replicas are being moved) are disjoint subsets of ``replicas``, ``removing`` its last members, and the
+    target replicas (``replicas`` without ``removing``) are never empty.
     """
 
     replicas: tuple[int, ...]
@@ -53,10 +61,27 @@ class PartitionState:
     elr: tuple[int, ...]
     min_isr: int
     unclean_election: bool = False
+    adding: tuple[int, ...] = ()
+    removing: tuple[int, ...] = ()
 
     @property
     def isr_ids(self) -> frozenset[int]:
         return frozenset(m.replica for m in self.isr)
+
+    @property
+    def moving(self) -> bool:
+        """Whether a reassignment is in progress (Kafka's ``isReassignmentInProgress``)."""
+        return bool(self.adding or self.removing)
+
+    @property
+    def target(self) -> tuple[int, ...]:
+        """The replicas once the move completes (``replicas`` itself when none is in progress)."""
+        return tuple(r for r in self.replicas if r not in self.removing)
+
+    @property
+    def original(self) -> tuple[int, ...]:
+        """The replicas a cancellation goes back to (Kafka's ``originalReplicas``: ``replicas`` without ``adding``)."""
+        return tuple(r for r in self.replicas if r not in self.adding)
 
     def member(self, replica: int) -> IsrMember | None:
         """The ISR entry of ``replica``, or None when it is not in the ISR."""
@@ -203,7 +228,8 @@ def elect(state: PartitionState, live: Mapping[int, int]) -> PartitionState:
 
     The current leader stays while it is an ISR member. Otherwise the first replica, in assignment order, that is
     in the ISR; else the first live one in the ELR (KIP-966: it becomes the only ISR member); else, only when the
-    topic allows unclean election, the first live replica (the ISR and the ELR restart from it); else no leader.
+    topic allows unclean election, the first live replica that is not being added (an adding replica that never
+    joined the ISR may hold nothing at all; the ISR and the ELR restart from it); else no leader.
     Every election, even of no leader, bumps the leader epoch and the partition epoch.
     """
     if state.leader != NO_LEADER and state.leader in state.isr_ids:
@@ -217,7 +243,7 @@ def elect(state: PartitionState, live: Mapping[int, int]) -> PartitionState:
         leader = in_elr[0]
         return replace(bumped, leader=leader, isr=(IsrMember(leader, live[leader]),),
                        elr=tuple(r for r in state.elr if r != leader))
-    alive = [r for r in state.replicas if r in live]
+    alive = [r for r in state.replicas if r in live and r not in state.adding]
     if state.unclean_election and alive:
         return replace(bumped, leader=alive[0], isr=(IsrMember(alive[0], live[alive[0]]),), elr=())
     if state.leader == NO_LEADER:
@@ -225,9 +251,30 @@ def elect(state: PartitionState, live: Mapping[int, int]) -> PartitionState:
     return replace(bumped, leader=NO_LEADER)
 
 
+def complete_reassignment(state: PartitionState) -> PartitionState:
+    """``state`` with its replica move completed when every target replica is in the ISR (KIP-455; Kafka's
+    ``PartitionReassignmentReplicas.maybeCompleteReassignment``): ``replicas`` := the target, the ISR shrunk to it
+    (so it holds every target replica, at least ``min_isr`` of them, and the ELR empties), ``adding`` and
+    ``removing`` cleared. The leader is left as it was: when it was a removed replica :func:`elect` then elects one
+    of the target. ``state`` itself when no move is in progress or it cannot complete yet, and when the target is
+    smaller than ``min_isr`` (the request refuses such a target; a ``min.insync.replicas`` raised during the move
+    keeps it from completing until lowered again)."""
+    target = state.target
+    if not state.moving or not set(target) <= state.isr_ids or len(target) < state.min_isr:
+        return state
+    moved = replace(state, replicas=target, adding=(), removing=())
+    return change_isr(moved, tuple(m for m in state.isr if m.replica in target))
+
+
+def settle(state: PartitionState, live: Mapping[int, int], wiped: frozenset[int] = frozenset()) -> PartitionState:
+    """The controller's rules applied to ``state`` in order, given the registered brokers (``live``: replica ->
+    broker epoch) and the replicas that registered with a lost disk: the ISR and ELR fenced, a move completed
+    when it can be, and a leader elected when the current one is no longer an ISR member (one leader epoch bump at
+    most, whatever of these happened)."""
+    return elect(complete_reassignment(_fence(state, live, wiped)), live)
+
+
 def reconcile(state: PartitionState, live: Mapping[int, int], wiped: frozenset[int] = frozenset()) -> PartitionState | None:
-    """What the controller writes for this partition given the registered brokers (``live``: replica -> broker
-    epoch) and the replicas that registered with a lost disk: the fenced ISR and ELR, and a leader elected when the
-    current one is no longer an ISR member. None when nothing changes."""
-    new = elect(_fence(state, live, wiped), live)
+    """What the controller writes for this partition (:func:`settle`); None when nothing changes."""
+    new = settle(state, live, wiped)
     return None if new == state else new

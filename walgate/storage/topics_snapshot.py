@@ -75,6 +75,14 @@ class TopicsSnapshot:
         db = None if t is None else self._databases.get(t.db)
         return local if db is None or not 0 <= partition < db.vgroups else db.node_of(partition, local)
 
+    def placed_replicas(self, topic: str, partition: int) -> tuple[int, ...]:
+        """The nodes the catalog places ``topic``'s partition ``partition`` on (the first its preferred leader; its
+        partition state may name others while, or since, its replicas moved); () for one this snapshot does not
+        have or of a database without placement."""
+        t = self._topics.get(topic)
+        db = None if t is None else self._databases.get(t.db)
+        return () if db is None or db.replicas is None or not 0 <= partition < db.vgroups else db.replicas[partition]
+
     def replicated_vgroup(self, topic: str, partition: int) -> tuple[str, int] | None:
         """(database id, vgroup) of ``topic``'s partition ``partition`` when its database keeps more than one replica
         of each vgroup (its leader, leader epoch and ISR are then its partition state's, issue 25), else None."""

@@ -1673,6 +1673,103 @@ class IncrementalAlterConfigsResponse(TypedDict, total=False):
     responses: Required[Sequence[IncrementalAlterConfigsResponseAlterConfigsResourceResponse]]
 
 
+# --------------------------------------------------------------------------- alter_partition_reassignments (key 45)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AlterPartitionReassignmentsRequestReassignablePartition:
+    """In AlterPartitionReassignmentsRequest, v0-v1: a request view (see the module doc)."""
+
+    partition_index: int = 0
+    replicas: tuple[int, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AlterPartitionReassignmentsRequestReassignableTopic:
+    """In AlterPartitionReassignmentsRequest, v0-v1: a request view (see the module doc)."""
+
+    name: str = ''
+    partitions: tuple[AlterPartitionReassignmentsRequestReassignablePartition, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AlterPartitionReassignmentsRequest:
+    """AlterPartitionReassignmentsRequest (key 45), v0-v1: a request view (see the module doc)."""
+
+    timeout: datetime.timedelta = datetime.timedelta(milliseconds=60000)
+    allow_replication_factor_change: bool = True  # v1+
+    topics: tuple[AlterPartitionReassignmentsRequestReassignableTopic, ...] = ()
+
+
+class AlterPartitionReassignmentsResponseReassignablePartitionResponse(TypedDict, total=False):
+    """In AlterPartitionReassignmentsResponse, v0-v1: response fields (see the module doc)."""
+
+    partition_index: Required[int]
+    error_code: Required[int]
+    error_message: Required[str | None]
+
+
+class AlterPartitionReassignmentsResponseReassignableTopicResponse(TypedDict, total=False):
+    """In AlterPartitionReassignmentsResponse, v0-v1: response fields (see the module doc)."""
+
+    name: Required[str]
+    partitions: Required[Sequence[AlterPartitionReassignmentsResponseReassignablePartitionResponse]]
+
+
+class AlterPartitionReassignmentsResponse(TypedDict, total=False):
+    """AlterPartitionReassignmentsResponse (key 45), v0-v1: response fields (see the module doc)."""
+
+    throttle_time: Required[int | datetime.timedelta]
+    allow_replication_factor_change: bool  # v1+
+    error_code: Required[int]
+    error_message: Required[str | None]
+    responses: Required[Sequence[AlterPartitionReassignmentsResponseReassignableTopicResponse]]
+
+
+# --------------------------------------------------------------------------- list_partition_reassignments (key 46)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ListPartitionReassignmentsTopics:
+    """In ListPartitionReassignmentsRequest, v0-v0: a request view (see the module doc)."""
+
+    name: str = ''
+    partition_indexes: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ListPartitionReassignmentsRequest:
+    """ListPartitionReassignmentsRequest (key 46), v0-v0: a request view (see the module doc)."""
+
+    timeout: datetime.timedelta = datetime.timedelta(milliseconds=60000)
+    topics: tuple[ListPartitionReassignmentsTopics, ...] | None = ()
+
+
+class ListPartitionReassignmentsResponseOngoingPartitionReassignment(TypedDict, total=False):
+    """In ListPartitionReassignmentsResponse, v0-v0: response fields (see the module doc)."""
+
+    partition_index: Required[int]
+    replicas: Sequence[int]
+    adding_replicas: Sequence[int]
+    removing_replicas: Sequence[int]
+
+
+class ListPartitionReassignmentsResponseOngoingTopicReassignment(TypedDict, total=False):
+    """In ListPartitionReassignmentsResponse, v0-v0: response fields (see the module doc)."""
+
+    name: Required[str]
+    partitions: Required[Sequence[ListPartitionReassignmentsResponseOngoingPartitionReassignment]]
+
+
+class ListPartitionReassignmentsResponse(TypedDict, total=False):
+    """ListPartitionReassignmentsResponse (key 46), v0-v0: response fields (see the module doc)."""
+
+    throttle_time: Required[int | datetime.timedelta]
+    error_code: Required[int]
+    error_message: Required[str | None]
+    topics: Required[Sequence[ListPartitionReassignmentsResponseOngoingTopicReassignment]]
+
+
 # --------------------------------------------------------------------------- offset_delete (key 47)
 
 
@@ -2928,6 +3025,8 @@ VERSIONS: Final[dict[int, tuple[int, int]]] = {
     42: (0, 2),
     43: (0, 2),
     44: (0, 1),
+    45: (0, 1),
+    46: (0, 0),
     47: (0, 0),
     48: (0, 1),
     49: (0, 1),
@@ -2989,6 +3088,8 @@ REQUESTS: Final[dict[int, type]] = {
     42: DeleteGroupsRequest,
     43: ElectLeadersRequest,
     44: IncrementalAlterConfigsRequest,
+    45: AlterPartitionReassignmentsRequest,
+    46: ListPartitionReassignmentsRequest,
     47: OffsetDeleteRequest,
     48: DescribeClientQuotasRequest,
     49: AlterClientQuotasRequest,
@@ -3130,6 +3231,15 @@ ENTITIES: Final[dict[type, dict[str, type]]] = {
     },
     IncrementalAlterConfigsRequest: {
         "resources": IncrementalAlterConfigsRequestAlterConfigsResource,
+    },
+    AlterPartitionReassignmentsRequestReassignableTopic: {
+        "partitions": AlterPartitionReassignmentsRequestReassignablePartition,
+    },
+    AlterPartitionReassignmentsRequest: {
+        "topics": AlterPartitionReassignmentsRequestReassignableTopic,
+    },
+    ListPartitionReassignmentsRequest: {
+        "topics": ListPartitionReassignmentsTopics,
     },
     OffsetDeleteRequestTopic: {
         "partitions": OffsetDeleteRequestPartition,

@@ -86,6 +86,7 @@ _WIRE_API_KEYS: Final = (
     0, 1, 2, 3, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23,
     24, 25, 26, 27, 28,  # 27: WriteTxnMarkers, between cluster nodes
     29, 30, 31, 32, 33, 36, 37, 42, 43, 44, 47, 48, 49, 50, 51, 60, 65, 66, 68, 69, 75,
+    45, 46,  # AlterPartitionReassignments, ListPartitionReassignments (KIP-455)
     61,  # DescribeProducers
     76, 77, 78, 79,  # ShareGroupHeartbeat, ShareGroupDescribe, ShareFetch, ShareAcknowledge
     83, 86, 87,  # InitializeShareGroupState, DeleteShareGroupState, ReadShareGroupStateSummary, between cluster nodes

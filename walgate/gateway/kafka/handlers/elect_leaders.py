@@ -19,15 +19,14 @@ As Kafka's ``KafkaApis.handleElectLeaders`` and its controller's ``ReplicationCo
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterable
 
-from walgate.cluster.elections import ElectionRequest, ask
-from walgate.cluster.model import ControlPlaneError
+from walgate.cluster.elections import ElectionRequest
 from walgate.cluster.partition_codec import PartitionId
 from walgate.gateway.kafka.access import Operation, cluster_allowed
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
+from walgate.gateway.kafka.controller_requests import NotAnswered, ask_controller
 from walgate.gateway.kafka.handlers.common import error_of
 from walgate.replication.elections import ElectionType
 from walgate.wire.errors import ErrorCode
@@ -102,18 +101,8 @@ async def handle(broker: Broker, ctx: RequestContext, request: ElectLeadersReque
 async def _controller(broker: Broker, election: ElectionType, replicated: dict[tuple[str, int], PartitionId],
                       timeout_s: float) -> dict[tuple[str, int], tuple[int, str | None]]:
     """The controller's answers for the ``replicated`` partitions (topic, partition -> its vgroup), through etcd."""
-    member = broker.cluster
-    lease = None if member is None or member.registration is None else member.registration.lease_id
-    if member is None or lease is None:
-        return {k: (ErrorCode.request_timed_out, "This node is not registered in its cluster now") for k in replicated}
     request = ElectionRequest(election, tuple(dict.fromkeys(replicated.values())))
-    try:
-        async with asyncio.timeout(timeout_s):
-            outcome = await ask(member.session, member.keys, member.node_id, lease, request)
-    except TimeoutError:
-        why = f"The controller did not make the elections within {timeout_s:g} s (no controller elected, or no etcd quorum)"
-        return {k: (ErrorCode.request_timed_out, why) for k in replicated}
-    except ControlPlaneError as e:  # (ElectionRequestDamaged included: an outcome that is not walgate's)
-        return {k: (ErrorCode.request_timed_out, f"The elections could not be asked of the controller: {e}")
-                for k in replicated}
+    outcome = await ask_controller(broker, request, timeout_s, "elections")
+    if isinstance(outcome, NotAnswered):
+        return {k: (outcome.error, outcome.message) for k in replicated}
     return {k: (outcome.get(pid, ErrorCode.unknown_server_error), None) for k, pid in replicated.items()}

@@ -1,0 +1,88 @@
+"""Replica moves on a 3-node RF=3 cluster (issue 26; KIP-455), asked through the Java kafka-clients 4.3.0 Admin
+(java/Reassign.java: ``alterPartitionReassignments``, ``listPartitionReassignments``, ``describeTopics``) under the
+Jepsen-style suite's load (tests/jepsen/replicated_workload.py: database ``r`` with ``REPLICA 3 VGROUPS 2``, topic
+``jt AS DATABASE r``, SQL and line-protocol writers through any node, two consumers, the history checked by
+tests/cluster/history.py with the final reads through every node and every replica's WAL).
+
+Partition 0 is moved off its last replica (the target in sync: the move completes at once; describeTopics names the
+two replicas left); with that node paused, a move back to all three is listed as in progress (adding it) and
+cancelled (back to two); the node resumed, the move back completes once it caught up (describeTopics: three
+replicas, three in sync), and a cancellation then finds no move (NoReassignmentInProgressException); a target on a
+node that does not hold the partition is refused (InvalidReplicaAssignmentException: not supported yet). The load
+runs through it all, and the history is clean. Each node's lease is 60 s, so the paused node stays registered while
+its move is made and cancelled (a JVM's start on a loaded machine took more than 10 s)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from compat_procs import Run
+
+sys.path[:0] = [str(Path(__file__).parents[1] / "tests" / d) for d in ("cluster", "jepsen")]
+from etcd_cluster import etcd_cluster  # noqa: E402
+from replicated_workload import (  # noqa: E402
+    TOPIC,
+    Nodes,
+    Workload,
+    checked,
+    final_history,
+    replicated_database,
+    wait_until,
+)
+
+LEASE = ("--override", "broker.session.timeout.ms=60000")  # (after cluster_args' own --override: it wins)
+ACKS = 6  # acknowledged writes between steps
+
+
+def reassign(java: Callable[..., Run], nodes: Nodes, *actions: str) -> list[dict[str, object]]:
+    """Reassign.java's steps on partition 0 of the topic, bootstrapped on every node; no step failed."""
+    run = java("Reassign.java", nodes.bootstrap(), TOPIC, "0", *actions, timeout=180)
+    out = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
+    assert not [s for s in out if s["step"] == "error"], out
+    return out
+
+
+def test_java_admin_moves_a_partition_off_a_node_and_back_with_a_cancellation_under_load(java, tmp_path: Path
+                                                                                          ) -> None:
+    with etcd_cluster(tmp_path / "etcd", 1) as etcd:
+        nodes = Nodes(etcd, tmp_path)
+        nodes.args = {i: LEASE for i in (1, 2, 3)}
+        try:
+            nodes.start_all((1, 2, 3))
+            database = replicated_database(nodes)
+            with Workload(nodes, seed=45) as load:
+                load.wait_acked(ACKS, "before the moves")
+                [described] = reassign(java, nodes, "describe")
+                replicas = list(described["replicas"])  # type: ignore[call-overload]
+                kept, dropped = replicas[:2], replicas[2]
+                move_off = reassign(java, nodes, "move:" + ",".join(map(str, kept)), "wait", "describe")
+                assert [s.get("result", s.get("done")) for s in move_off[:2]] == ["ok", True], move_off
+                assert (move_off[2]["replicas"], move_off[2]["isr"]) == (kept, sorted(kept)), move_off
+                load.note(f"partition 0 moved off node {dropped}")
+                load.wait_acked(ACKS, "after the move off")
+
+                nodes.pause(dropped)
+                back = ",".join(map(str, replicas))
+                cancelled = reassign(java, nodes, f"move:{back}", "list", "cancel", "wait", "describe")
+                nodes.resume(dropped)
+                assert cancelled[0]["result"] == "ok" and cancelled[2]["result"] == "ok", cancelled
+                assert cancelled[1]["moving"] == [{"topic": TOPIC, "partition": 0, "replicas": replicas,
+                                                   "adding": [dropped], "removing": []}], cancelled
+                assert cancelled[4]["replicas"] == kept, cancelled
+                load.note(f"a move back to node {dropped} (paused) listed and cancelled")
+                load.wait_acked(ACKS, "after the cancellation")
+
+                moved_back = reassign(java, nodes, f"move:{back}", "wait", "cancel", "move:4,1")
+                assert [s.get("result", s.get("done")) for s in moved_back] == [
+                    "ok", True, "NoReassignmentInProgressException", "InvalidReplicaAssignmentException"], moved_back
+                wait_until(f"node {dropped} back in sync", lambda: sorted(nodes.isr(0, kept[0])) == sorted(replicas))
+                assert reassign(java, nodes, "describe")[0]["replicas"] == replicas
+                load.note(f"partition 0 moved back to node {dropped}")
+                load.wait_acked(ACKS, "after the move back")
+            history = final_history(nodes, load, database, tmp_path / "replicas")
+        finally:
+            nodes.close()
+    checked(history, load, 45)
