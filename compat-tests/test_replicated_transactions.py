@@ -33,14 +33,13 @@ import pytest
 from compat_brokers import LONG
 from compat_procs import Background
 from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import NewTopic
 
 sys.path[:0] = [str(Path(__file__).parents[1] / "tests" / d) for d in ("cluster", "jepsen")]
 from etcd_cluster import etcd_cluster  # noqa: E402
 from replicated_workload import Nodes, wait_until  # noqa: E402
 from serve_support import create_topics, readyz, sql  # noqa: E402
-
-from walgate.storage.coordinator_partitions import partition_for  # noqa: E402
+from test_replicated_txn_coordinator import coordinator, read_committed  # noqa: E402
 
 NODES = (1, 2, 3)
 PARTITIONS = 2
@@ -71,16 +70,6 @@ def nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Nodes]:
         assert "Traceback" not in log.read_text(), f"{log}:\n{log.read_text()[-3000:]}"
 
 
-def coordinator(nodes: Nodes, transactional_id: str) -> int:
-    """The leader Metadata names for the transactional id's ``__consumer_offsets`` partition (-1: none, or the topic
-    not made yet)."""
-    topics = AdminClient({"bootstrap.servers": nodes.bootstrap()}).list_topics(timeout=10).topics
-    offsets = topics.get("__consumer_offsets")
-    if offsets is None or not offsets.partitions:
-        return -1
-    return int(offsets.partitions[partition_for(transactional_id, len(offsets.partitions))].leader)
-
-
 def kill_coordinator(nodes: Nodes, transactional_id: str) -> int:
     """kill -9 of the transactional id's coordinator's node, until another node leads its partition, then that node
     restarted on its data dir; the node killed."""
@@ -105,26 +94,6 @@ def produce_input(nodes: Nodes, topic: str) -> dict[int, list[str]]:
         producer.produce(topic, key=str(n), value=str(n), partition=n % PARTITIONS)
     assert producer.flush(60) == 0
     return values
-
-
-def read_committed(nodes: Nodes, topic: str, count: int) -> dict[int, list[str]]:
-    """Each partition's values, as a read_committed consumer reads them from offset 0: until ``count`` in all (at most
-    60 s), then 2 s more for anything beyond."""
-    consumer = Consumer({"bootstrap.servers": nodes.bootstrap(), "group.id": "txn-kills-reader",
-                         "enable.auto.commit": False, "isolation.level": "read_committed"})
-    consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
-    read: dict[int, list[str]] = {p: [] for p in range(PARTITIONS)}
-    deadline, settled = time.monotonic() + 60, None
-    try:
-        while time.monotonic() < (settled or deadline):
-            msg = consumer.poll(0.2)
-            if msg is not None and msg.error() is None:
-                read[msg.partition()].append(msg.value().decode())
-            if settled is None and sum(map(len, read.values())) >= count:
-                settled = time.monotonic() + 2
-    finally:
-        consumer.close()
-    return read
 
 
 def committed_and_ends(nodes: Nodes, group: str, topic: str) -> tuple[list[int], list[int]]:
@@ -164,8 +133,9 @@ def test_java_exactly_once_while_the_transaction_coordinator_is_killed(java_argv
     assert not events(app, "error"), app.describe()
     [summary] = events(app, "summary")
     assert summary["committed"] == COUNT, app.describe()
-    read = read_committed(nodes, sink, COUNT)
-    assert read == {p: [f"out-{v}" for v in vs] for p, vs in values.items()}, (
-        f"killed {killed}; recovered: {events(app, 'recovered')}")
+    for p, vs in values.items():
+        expected = [f"out-{v}".encode() for v in vs]
+        assert read_committed(nodes, sink, [p], set(expected)) == expected, (
+            f"partition {p}; killed {killed}; recovered: {events(app, 'recovered')}")
     committed, ends = committed_and_ends(nodes, group, source)
     assert committed == ends == [COUNT // PARTITIONS] * PARTITIONS

@@ -39,7 +39,7 @@ from serve_support import create_topics
 
 from walgate.storage.coordinator_partitions import partition_for
 
-__all__ = ["coordinator", "leader_of"]
+__all__ = ["coordinator", "leader_of", "read_committed"]
 
 OFFSETS = "__consumer_offsets"
 
