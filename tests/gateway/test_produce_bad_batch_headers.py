@@ -83,7 +83,10 @@ def test_a_bad_batch_header_with_acks_0_closes_the_connection(server: WalgateSer
     with socket.create_connection(("127.0.0.1", server.kafka_port), timeout=TIMEOUT) as sock:
         _send(sock, produce_v3(0, BAD[case], 11))
         _send(sock, _header_v1(18, 0, 12))  # pipelined behind it: never answered
-        assert sock.recv(1) == b""  # closed, with nothing sent first
+        try:
+            assert sock.recv(1) == b""  # closed, with nothing sent first
+        except ConnectionResetError:  # closed with the pipelined request unread: the kernel resets, sending nothing
+            pass
     deadline = time.monotonic() + 30
     while "correlation id 11) was refused, closed so that the client notices: bad-headers-0: " not in server.log():
         assert time.monotonic() < deadline, "no closed line naming the refused partition"
