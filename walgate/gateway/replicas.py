@@ -15,8 +15,7 @@ the order etcd reports them, the vnode's calls on its lane:
   expand by followers caught up under their registered broker epoch) is written with
   :meth:`PartitionStates.alter_isr <walgate.cluster.partition_states.PartitionStates.alter_isr>`; refused because
   the state moved on, the state read back is taken and the next round proposes again; refused because this node no
-  longer leads (FENCED_LEADER_EPOCH) or is fenced (STALE_BROKER_EPOCH), it stops leading, and applies the newest
-  state again once it holds its lease (the controller may not have seen it fenced: it then leads again);
+  longer leads (FENCED_LEADER_EPOCH) or is fenced (STALE_BROKER_EPOCH), it stops leading;
 * **follow** ``state.leader`` in ``state.leader_epoch``: one :class:`~walgate.gateway.replica_fetcher.ReplicaFetcher`
   per leader node, each over a :class:`~walgate.gateway.kafka.node_links.NodeLinks` of its own (a long-polling
   WalFetch must not hold up other requests to that node); a vnode moves between fetchers as its leader changes, and
@@ -229,7 +228,6 @@ class ReplicaManager:
         # the states to apply, in order; None: the catalog changed (let go of the vnodes of databases dropped)
         self._changes: asyncio.Queue[tuple[PartitionId, PartitionState | None] | None] = asyncio.Queue()
         self._loop = asyncio.get_running_loop()
-        self._again: set[asyncio.Task[None]] = set()  # states to apply again once the lease is held (a fenced leader)
         # told (on the event loop) each vnode this node begins to lead, with its leader epoch, and each it stops
         # leading (None): the coordinators load and drop the partitions of their internal topic so
         self.leadership: list[Callable[[VnodeKey, int | None], None]] = []
@@ -592,29 +590,12 @@ class ReplicaManager:
                             led.key[0], outcome.error.name)
                 await self.storage.call_on(frozenset([led.key]), functools.partial(self._freeze, led.key))
                 await self._resign(pid)
-                self._apply_again_when_registered(pid)
                 return
             log.info("vnode %d of database %s: ISR %s %s", led.key[1], led.key[0],
                      [m.replica for m in proposal.isr], "written" if outcome.error is None else
                      f"refused ({outcome.error.name}), state read again")
             await self.storage.call_on(frozenset([led.key]), functools.partial(self._altered, led, outcome.state,
                                                                                outcome.error is not None))
-
-    def _apply_again_when_registered(self, pid: PartitionId) -> None:
-        """After this node stopped leading ``pid`` because an ISR change found it fenced: ``pid``'s newest state
-        applied again once the node holds its lease. The controller elects another leader only when it saw the
-        node's registration lapse; a node that registered again before it read the membership (its lease lost and
-        made again under load) is still named leader, and no other change would come to end the partition's
-        leaderlessness. Then it leads again in that epoch, as after a restart; when another was elected meanwhile,
-        it follows (the state applied is the newest)."""
-        async def again() -> None:
-            while not self.lease_held():
-                await asyncio.sleep(self.backoff_s)
-            self._changes.put_nowait((pid, self.states.states.get(pid)))
-
-        task = self._loop.create_task(again(), name=f"walgate-relead-{pid.db_id}-{pid.vgroup}")
-        self._again.add(task)
-        task.add_done_callback(self._again.discard)
 
     def _altered(self, led: _Led, state: PartitionState | None, refused: bool) -> None:
         if refused:
@@ -627,8 +608,6 @@ class ReplicaManager:
         led or followed keeps the visible version it has now, written as its high watermark checkpoint."""
         keys = [led.key for led in self.led.values()] + [
             key for f in self.fetching.values() for key in f.fetcher.followed]
-        for task in self._again:
-            task.cancel()
         for pid in list(self.led):
             await self._resign(pid)
         tasks = [f.task for f in self.fetching.values()]
