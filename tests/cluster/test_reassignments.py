@@ -1,11 +1,13 @@
 """Replica moves asked of the controller through etcd (AlterPartitionReassignments' path:
 walgate/cluster/reassignments.py), on real etcd with in-process nodes: the node asked is not the controller, the
 controller writes the move (fenced), the leader's ISR change admits the adding replica and the controller's next
-pass completes the move; refusals and a cancellation."""
+pass completes the move; refusals and a cancellation; each replica change appends its ``place_vgroup`` catalog
+record in the transaction that writes the state."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 
 import pytest
@@ -14,6 +16,7 @@ from etcd_cluster import EtcdCluster
 from test_partition_states import controller_and_one
 
 from walgate.cluster.elections import ElectionRequestDamaged, ask, decode_request, encode_request
+from walgate.cluster.model import decode_record
 from walgate.cluster.partition_codec import PartitionId
 from walgate.cluster.partition_states import PartitionStates, Reconciler
 from walgate.cluster.reassignments import ReassignmentRequest
@@ -75,3 +78,10 @@ async def test_a_move_asked_of_another_node_is_written_then_completed_by_the_con
         assert (done.replicas, done.isr, done.leader, done.leader_epoch) == ((2,), (IsrMember(2, e2),), 2, 1)
         assert reconciler.moves_completed == 1
         assert (await n2.session.get_prefix(KEYS.root + b"elections/"))[1] == []
+        _, records = await n2.session.get_prefix(KEYS.records)
+        placed = [json.loads(decode_record(kv.value)[1]) for kv in sorted(records, key=lambda kv: int(kv.key[len(
+            KEYS.records):]))]
+        assert [(r["op"], r["vgroup"], r["replicas"]) for r in placed] == [
+            ("place_vgroup", 0, [2, 1]), ("place_vgroup", 3, [1, 2]), ("place_vgroup", 3, [1]),
+            ("place_vgroup", 0, [2])]  # begun (the union, target first), cancelled, completed
+        assert (await n2.session.get(KEYS.seq)).value == b"4"

@@ -16,6 +16,7 @@ writers never overwrite each other:
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Collection, Mapping
@@ -27,7 +28,14 @@ from aetcd.utils import prefix_range_end
 from walgate.cluster.election import ControllerElection
 from walgate.cluster.elections import ElectionRequest, ElectionRequestDamaged, decide, decode_request, encode_outcome
 from walgate.cluster.etcd import Compacted, EtcdSession, follow_prefix, tx
-from walgate.cluster.model import ControlPlaneError, ControlPlaneUnavailable, Keys, NodeInfo, NotController
+from walgate.cluster.model import (
+    ControlPlaneError,
+    ControlPlaneUnavailable,
+    Keys,
+    NodeInfo,
+    NotController,
+    encode_record,
+)
 from walgate.cluster.partition_codec import (
     MAX_STATES_PER_TXN,
     PartitionId,
@@ -43,6 +51,7 @@ from walgate.cluster.partition_codec import (
     reconcile_all,
     reconfigured_states,
 )
+from walgate.cluster.placement import place_vgroup_record
 from walgate.cluster.reassignments import ReassignmentRequest
 from walgate.cluster.registry import broker_epoch
 from walgate.replication.elections import ElectionType, elect_leader, imbalanced
@@ -298,7 +307,15 @@ class Reconciler:
     finds its target replicas all in sync (``partition.settle``), counted in ``moves_completed``; and, when none is pending and
     ``rebalance_every`` (``leader.imbalance.check.interval.seconds``, ``leader.imbalance.per.broker.percentage``)
     is set, the preferred-leader rebalance once per interval of ``clock`` (:meth:`rebalance`); a request wakes a
-    pass as a change of ``partitions/`` does, and the wait between passes ends when the rebalance is due."""
+    pass as a change of ``partitions/`` does, and the wait between passes ends when the rebalance is due.
+
+    **The catalog follows every replica change** (issue 26): a transaction writing a state whose ``replicas`` change
+    (a move begun: the target followed by the removing replicas; completed: the target; cancelled: the original
+    replicas) also appends a ``place_vgroup`` catalog record of them per such state (:meth:`_placements`), so the
+    catalog's placement and the state change at one revision: a node is placed on a vnode exactly while its state
+    names it (adding nodes open it empty, removed nodes delete their copy: :mod:`walgate.gateway.replicas`). The
+    append compares ``catalog/seq``'s value with the one the pass read; a record appended meanwhile by another
+    writer refuses the whole transaction, written again by the next pass."""
 
     def __init__(self, states: PartitionStates, election: ControllerElection, retry_delay: float = 0.5,
                  catalog: Callable[[int], Awaitable[Mapping[PartitionId, ReplicatedVnode]]] | None = None,
@@ -321,6 +338,7 @@ class Reconciler:
         self.deleted = 0
         self.unclean_elections = 0
         self.moves_completed = 0
+        self._seq: tuple[int, int] = (0, 0)  # (a snapshot's revision, the catalog/seq this pass's appends reached)
 
     async def snapshot(self) -> Snapshot:
         """The registered nodes not in a controlled shutdown (node id -> broker epoch,
@@ -363,14 +381,34 @@ class Reconciler:
         refused = 0
         for batch in batches(changes):
             keys = [partition_key(self.states.keys, pid) for pid in batch]
+            placed, appended = self._placements(snapshot, changes, batch)
             ok, _ = await self.election.fenced_txn(
-                [registrations_unchanged, *(tx.Mod(k) == snapshot.states[pid].partition_epoch for k, pid in zip(keys, batch))],
-                [tx.Put(k, encode_state(changes[pid])) for k, pid in zip(keys, batch)])
+                [registrations_unchanged, *placed[:1],
+                 *(tx.Mod(k) == snapshot.states[pid].partition_epoch for k, pid in zip(keys, batch))],
+                [tx.Put(k, encode_state(changes[pid])) for k, pid in zip(keys, batch)] + placed[1:])
             if not ok:
                 refused += len(batch)
                 continue
+            self._seq = (snapshot.revision, appended)
             self._wrote(snapshot, changes, batch)
         return refused
+
+    def _placements(self, snapshot: Snapshot, writes: Mapping[PartitionId, PartitionState], batch: list[PartitionId]
+                    ) -> tuple[list[Any], int]:
+        """The catalog records a transaction writing ``batch`` of ``writes`` appends (the class docstring): [the
+        compare of ``catalog/seq``, its put, a ``place_vgroup`` record per state whose replicas change], and the
+        sequence number they reach; ([], the current one) when no replicas change."""
+        keys = self.states.keys
+        seq = self._seq[1] if self._seq[0] == snapshot.revision else snapshot.catalog_seq
+        moved = [pid for pid in batch if writes[pid].replicas != snapshot.states[pid].replicas]
+        if not moved:
+            return [], seq
+        epoch = self.election.epoch or 0
+        compare = tx.Version(keys.seq) == 0 if seq == 0 else tx.Value(keys.seq) == str(seq).encode()
+        records = [tx.Put(keys.record(seq + 1 + i), encode_record(epoch, json.dumps(
+            place_vgroup_record(pid.db_id, pid.vgroup, writes[pid].replicas), sort_keys=True).encode()))
+            for i, pid in enumerate(moved)]
+        return [compare, tx.Put(keys.seq, str(seq + len(moved)).encode()), *records], seq + len(moved)
 
     def _wrote(self, snapshot: Snapshot, changes: Mapping[PartitionId, PartitionState], batch: list[PartitionId]
                ) -> None:
@@ -423,14 +461,16 @@ class Reconciler:
             order = list(batches(writes, MAX_STATES_PER_TXN - 2)) or [[]]  # (room for the request's own two keys)
             for i, batch in enumerate(order):
                 last = [tx.Delete(key), tx.Put(keys.election_outcome(request_id), encode_outcome(answers), lease=lease)]
+                placed, appended = self._placements(snapshot, writes, batch)
                 ok, _ = await self.election.fenced_txn(
-                    [registrations_unchanged, tx.Version(key) > 0,
+                    [registrations_unchanged, tx.Version(key) > 0, *placed[:1],
                      *(tx.Mod(partition_key(keys, pid)) == snapshot.states[pid].partition_epoch for pid in batch)],
                     [*(tx.Put(partition_key(keys, pid), encode_state(writes[pid])) for pid in batch),
-                     *(last if i == len(order) - 1 else [])])
+                     *(last if i == len(order) - 1 else []), *placed[1:]])
                 if not ok:
                     refused += 1
                     break
+                self._seq = (snapshot.revision, appended)
                 self._wrote(snapshot, writes, batch)
                 touched.update(batch)
                 done.update((pid, ErrorCode.none) for pid in batch)

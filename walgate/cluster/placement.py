@@ -23,6 +23,9 @@ A manual assignment (CreateTopics' and CreatePartitions' ``assignments``, as ``k
 sends) names each new partition's replicas instead: :func:`assigned` checks it as Kafka's controller does
 (``ReplicationControlManager.validateManualPartitionAssignment``: its messages): distinct live brokers, the same
 count for every partition.
+
+A replica move (issue 26, KIP-455) places one vgroup anew: the controller writes a :data:`PLACE_VGROUP_OP` catalog
+record (:func:`place_vgroup_record`) with the partition state it moves, in the same etcd transaction.
 """
 
 from __future__ import annotations
@@ -31,10 +34,20 @@ from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
 
 __all__ = ["place", "assigned", "NoLiveNode", "BadAssignment", "InvalidReplicationFactor", "Replicas",
-           "check_replication_factor", "unserved"]
+           "check_replication_factor", "unserved", "PLACE_VGROUP_OP", "place_vgroup_record"]
 
 Replicas = tuple[int, ...]
 """The node ids holding one vgroup, distinct, the first the preferred leader."""
+
+PLACE_VGROUP_OP = "place_vgroup"
+"""The catalog record that places one vgroup of a database anew (a replica move): ``db_id``, ``vgroup``, ``replicas``
+(distinct node ids, the first the preferred leader; the target followed by the replicas being removed while a move is
+in progress, the target once it completed, the original replicas once cancelled)."""
+
+
+def place_vgroup_record(db_id: str, vgroup: int, replicas: Sequence[int]) -> dict[str, object]:
+    """The :data:`PLACE_VGROUP_OP` record placing vgroup ``vgroup`` of database ``db_id`` on ``replicas``."""
+    return {"op": PLACE_VGROUP_OP, "db_id": db_id, "vgroup": vgroup, "replicas": list(replicas)}
 
 
 class NoLiveNode(ValueError):

@@ -264,11 +264,12 @@ class ReplicaManager:
         if db.replicas is None or db.replication_factor == 1:
             return db
         placed = []
-        for vgroup, replicas in enumerate(db.replicas):
+        for vgroup in range(db.vgroups):
+            replicas = db.replicas_of(vgroup, self.node_id)
             state = self.state_of(db.id, vgroup)
             leader = NO_LEADER if state is None else state.leader
             placed.append(replicas if leader not in replicas else (leader, *(r for r in replicas if r != leader)))
-        return dataclasses.replace(db, replicas=tuple(placed))
+        return dataclasses.replace(db, replicas=tuple(placed), placed_anew={})
 
     def fetched(self, db_id: str, vgroup: int) -> None:
         led = self.led.get(PartitionId(db_id, vgroup))

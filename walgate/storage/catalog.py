@@ -61,7 +61,14 @@ from pathlib import Path
 from typing import Any
 
 from walgate.cluster.partition_codec import PartitionId, ReplicatedVnode
-from walgate.cluster.placement import InvalidReplicationFactor, Replicas, check_replication_factor, place
+from walgate.cluster.placement import (
+    PLACE_VGROUP_OP,
+    InvalidReplicationFactor,
+    Replicas,
+    check_replication_factor,
+    place,
+    place_vgroup_record,
+)
 from walgate.security.acl import AclBinding, AclSet
 from walgate.storage import acls, fileio, lines, quotas, resource_configs
 from walgate.storage.damage import DamageLog
@@ -129,7 +136,8 @@ STABLE_CHANGES_OP = "stable_changes"
 ``[[seq, meta entry], ...]`` in the stream's order), which a new leader of its vgroups writes when its WAL lacks them
 (:meth:`SqlObjects.take_over <walgate.storage.sql_objects.SqlObjects.take_over>`); in :meth:`Catalog.records` and
 snapshots, as the records it is made of are folded there."""
-_SNAPSHOT_OPS = frozenset(("create_kafka_topic", "create_db", "create_stable", "create_topic", STABLE_CHANGES_OP))
+_SNAPSHOT_OPS = frozenset(("create_kafka_topic", "create_db", "create_stable", "create_topic", STABLE_CHANGES_OP,
+                           PLACE_VGROUP_OP))
 """Besides :data:`SHARED_OPS`, the record kinds a snapshot of the cluster's stream holds (cluster mode)."""
 STABLE_METAS_OP = "stable_metas"
 """A node's own record (cluster mode): where the meta entries of the cluster's ALTER/DROP STABLE record ``of`` go
@@ -152,6 +160,9 @@ class DatabaseDef:
     # vgroup (cluster mode, walgate.cluster.placement); None: every vgroup is on the node whose data dir this is, one
     # copy (a single node's database, or one made before placement was recorded)
     replicas: tuple[Replicas, ...] | None = None
+    # the vgroups a replica move placed anew (``place_vgroup`` records, issue 26): vgroup -> the node ids holding it
+    # now, in place of its entry of ``replicas``, which keeps the placement the database was made or grown with
+    placed_anew: Mapping[int, Replicas] = field(default_factory=dict)
 
     @property
     def vgroups(self) -> int:
@@ -159,22 +170,25 @@ class DatabaseDef:
 
     @property
     def nodes(self) -> tuple[int, ...] | None:
-        """The first replica of each vgroup: the node that holds it until replication is served (issue 25, step 5);
-        None as :attr:`replicas`."""
-        return None if self.replicas is None else tuple(r[0] for r in self.replicas)
+        """The first replica of each vgroup as placed now (:meth:`replicas_of`); None as :attr:`replicas`."""
+        return None if self.replicas is None else tuple(self.replicas_of(i, 0)[0] for i in range(len(self.replicas)))
 
     @property
     def replication_factor(self) -> int:
-        """The replicas of each vgroup (1 without placement)."""
+        """The replicas of each vgroup as the database was made (1 without placement); a move may since have placed
+        a vgroup on another count (:meth:`replicas_of`)."""
         return 1 if not self.replicas else len(self.replicas[0])
 
     def node_of(self, vgroup: int, local: int) -> int:
         """The node id holding ``vgroup`` (its first replica); ``local``: this data dir's node id."""
-        return local if self.replicas is None else self.replicas[vgroup][0]
+        return self.replicas_of(vgroup, local)[0]
 
     def replicas_of(self, vgroup: int, local: int) -> Replicas:
-        """The node ids holding ``vgroup``'s replicas; ``local``: this data dir's node id."""
-        return (local,) if self.replicas is None else self.replicas[vgroup]
+        """The node ids holding ``vgroup``'s replicas now (placed anew by a move, else as made); ``local``: this data
+        dir's node id."""
+        if self.replicas is None:
+            return (local,)
+        return self.placed_anew.get(vgroup, self.replicas[vgroup])
 
     @property
     def precision(self) -> str:
@@ -532,7 +546,7 @@ class Catalog:
         drops the topic with it) and the SQL objects of the cluster's databases (:meth:`is_cluster_db`): their
         ``create_db`` (which places them), ``drop_db``, supertables' and TDengine topics' records."""
         op = record.get("op")
-        if op in SHARED_OPS or op in KAFKA_TOPIC_OPS:
+        if op in SHARED_OPS or op in KAFKA_TOPIC_OPS or op == PLACE_VGROUP_OP:
             return True
         if op == "create_db":
             return "nodes" in record
@@ -651,7 +665,8 @@ class Catalog:
     def shared_records(self) -> list[dict[str, Any]]:
         """Records that rebuild the shared state (a snapshot of the cluster's stream): in cluster mode with the
         Kafka-native topics and the cluster's SQL databases, supertables and TDengine topics."""
-        return ((self._kafka_topic_records(placed=True) + self._sql_records(shared=True) if self.cluster else [])
+        return ((self._kafka_topic_records(placed=True) + self._sql_records(shared=True) + self._placed_anew_records()
+                 if self.cluster else [])
                 + self.acls.records() + quotas.records(self.client_quotas) + user_records(self.users)
                 + resource_configs.records(self.resource_configs))
 
@@ -669,6 +684,11 @@ class Catalog:
                        "with_meta": t.with_meta, "sql": t.sql, "topic_id": t.topic_id, "created_ms": t.created_ms,
                        **({"stable": t.stable} if t.stable else {})}
                       for t in self.topics.values() if t.kind != "kafka" and self.is_cluster_db(t.db) == shared]
+
+    def _placed_anew_records(self) -> list[dict[str, Any]]:
+        """The ``place_vgroup`` records of the vgroups replica moves placed anew (after their databases' records)."""
+        return [place_vgroup_record(d.id, vgroup, replicas) for d in self.databases.values()
+                for vgroup, replicas in sorted(d.placed_anew.items())]
 
     def _kafka_topic_records(self, placed: bool | None = None) -> list[dict[str, Any]]:
         """The Kafka-native topics' records; ``placed``: only those whose record places their partitions (True: the
@@ -814,6 +834,8 @@ class Catalog:
             kept.add_topic(topic)
             kept.db_ids.add(db_id)
             kept.partitions += database.vgroups
+        elif op == PLACE_VGROUP_OP:
+            self._place_anew(r)
         elif op == _SEQ_OP:
             pass  # only its sequence number (below)
         elif op == STABLE_METAS_OP:
@@ -836,6 +858,21 @@ class Catalog:
         self._changes += 1
         if kept is not None:
             kept.key = self._taken_key()
+
+    def _place_anew(self, r: dict[str, Any]) -> None:
+        """Apply a ``place_vgroup`` record: its vgroup of a placed database is held by its ``replicas`` from now on
+        (distinct node ids, at least the database's ``MIN_INSYNC``); the database's own placement when they are it."""
+        db_id, vgroup, raw = r.get("db_id"), _get(r, "vgroup", int), _get(r, "replicas", list)
+        db = next((d for d in self.databases.values() if d.id == db_id), None)
+        if db is None or db.replicas is None or not 0 <= vgroup < db.vgroups:
+            raise _Invalid(f"place_vgroup of vgroup {vgroup} of database id {db_id!r}: no such placed vgroup")
+        if not raw or not all(_node_id(n) for n in raw) or len(set(raw)) != len(raw) or len(raw) < int(
+                db.options.get("MIN_INSYNC", 1)):
+            raise _Invalid(f"'replicas' is {raw!r}: expected distinct node ids, at least MIN_INSYNC of them")
+        placed = {**db.placed_anew, vgroup: tuple(raw)}
+        if placed[vgroup] == db.replicas[vgroup]:
+            del placed[vgroup]
+        self.databases[db.name] = replace(db, placed_anew=placed)
 
     def _stable_changed(self, db: str, r: dict[str, Any]) -> None:
         """Note the meta entry of ALTER/DROP STABLE record ``r`` of ``db`` in :attr:`stable_changes` when it is a
@@ -910,8 +947,9 @@ class Catalog:
             else:
                 min_isr = min(int(configs.get("min.insync.replicas", "1")), db.replication_factor)
                 unclean = configs.get("unclean.leader.election.enable", "false").strip().lower() == "true"
-            for vgroup, replicas in enumerate(db.replicas):
-                out[PartitionId(db.id, vgroup)] = ReplicatedVnode(replicas, min_isr, unclean)
+            for vgroup in range(db.vgroups):
+                replicas = db.replicas_of(vgroup, self.node_id)
+                out[PartitionId(db.id, vgroup)] = ReplicatedVnode(replicas, min(min_isr, len(replicas)), unclean)
         return out
 
     def placeable(self) -> Mapping[int, str | None]:

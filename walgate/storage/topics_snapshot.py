@@ -81,7 +81,9 @@ class TopicsSnapshot:
         have or of a database without placement."""
         t = self._topics.get(topic)
         db = None if t is None else self._databases.get(t.db)
-        return () if db is None or db.replicas is None or not 0 <= partition < db.vgroups else db.replicas[partition]
+        if db is None or db.replicas is None or not 0 <= partition < db.vgroups:
+            return ()
+        return db.replicas_of(partition, 0)
 
     def replicated_vgroup(self, topic: str, partition: int) -> tuple[str, int] | None:
         """(database id, vgroup) of ``topic``'s partition ``partition`` when its database keeps more than one replica

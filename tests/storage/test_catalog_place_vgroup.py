@@ -1,0 +1,111 @@
+"""The ``place_vgroup`` catalog record (issue 26: a replica move places one vgroup anew, written by the controller
+with the partition state it moves): applied through the cluster's stream, kept across restarts, rewrites and
+snapshots, undone by a record placing the vgroup as the database was made; any damaged one refused as a record that
+cannot apply. A data dir without such records reads as before (the other catalog tests)."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from walgate.cluster.partition_codec import PartitionId, ReplicatedVnode
+from walgate.cluster.placement import place_vgroup_record
+from walgate.storage import lines
+from walgate.storage.catalog import DB_DEFAULTS, Catalog
+from walgate.storage.names import new_db_id
+
+
+def _cluster_catalog(path: Path) -> Catalog:
+    catalog = Catalog.open(path)
+    catalog.cluster, catalog.node_id = True, 1
+    return catalog
+
+
+def _topic(catalog: Catalog) -> str:
+    """A Kafka-native topic ``t`` of two partitions on nodes (1, 2) and (2, 1), through the stream; its db id."""
+    db_id = new_db_id()
+    assert catalog.apply_shared(catalog.shared_seq + 1, {
+        "op": "create_kafka_topic", "name": "t", "db": "kafka_t", "db_id": db_id, "topic_id": str(uuid.uuid4()),
+        "options": {**DB_DEFAULTS, "VGROUPS": 2}, "configs": {"min.insync.replicas": "2"}, "created_ms": 0,
+        "nodes": [1, 2], "replicas": [[1, 2], [2, 1]]})
+    return db_id
+
+
+def test_a_move_places_one_vgroup_anew_and_the_placement_survives_restarts_and_snapshots(tmp_path: Path) -> None:
+    """The union while a move is in progress, the target once completed: each vgroup's replicas, first replica,
+    the controller's replicated vnodes and the snapshot follow; the other vgroup and the made placement stay."""
+    path = tmp_path / "catalog.log"
+    catalog = _cluster_catalog(path)
+    db_id = _topic(catalog)
+    assert catalog.apply_shared(catalog.shared_seq + 1, place_vgroup_record(db_id, 0, [2, 3, 1]))
+    db = catalog.databases["kafka_t"]
+    assert (db.replicas_of(0, 1), db.replicas_of(1, 1), db.nodes, db.replication_factor) == ((2, 3, 1), (2, 1),
+                                                                                            (2, 2), 2)
+    assert catalog.apply_shared(catalog.shared_seq + 1, place_vgroup_record(db_id, 0, [2, 3]))
+    assert catalog.replicated_vnodes() == {PartitionId(db_id, 0): ReplicatedVnode((2, 3), 2),
+                                           PartitionId(db_id, 1): ReplicatedVnode((2, 1), 2)}
+    reopened = _cluster_catalog(path)  # replayed from catalog.log
+    assert reopened.databases["kafka_t"].replicas_of(0, 1) == (2, 3) and reopened.shared_seq == 3
+    reopened.rewrite()
+    assert _cluster_catalog(path).databases["kafka_t"].placed_anew == {0: (2, 3)}
+    other = _cluster_catalog(tmp_path / "other.log")  # a node that reads the stream's snapshot
+    other.restore_shared(reopened.shared_seq, reopened.shared_records())
+    assert other.databases["kafka_t"].replicas_of(0, 1) == (2, 3)
+    assert other.shared_records() == reopened.shared_records()
+    assert other.apply_shared(other.shared_seq + 1, place_vgroup_record(db_id, 0, [1, 2]))  # back as made
+    assert other.databases["kafka_t"].placed_anew == {}
+    assert not [r for r in other.shared_records() if r["op"] == "place_vgroup"]
+
+
+def test_a_place_record_of_an_unknown_vgroup_is_passed_over(tmp_path: Path, caplog: pytest.LogCaptureFixture
+                                                            ) -> None:
+    """A record naming no placed vgroup, or fewer replicas than the database's MIN_INSYNC, is passed over (logged,
+    its sequence number kept), as every node refuses it alike."""
+    catalog = _cluster_catalog(tmp_path / "catalog.log")
+    db_id = _topic(catalog)
+    assert catalog.apply_shared(catalog.shared_seq + 1, {
+        "op": "create_db", "name": "x", "id": new_db_id(), "options": {**DB_DEFAULTS, "MIN_INSYNC": 2},
+        "created_ms": 0, "nodes": [1, 1], "replicas": [[1, 2], [1, 2]]})
+    for record in (place_vgroup_record(db_id, 2, [1, 2]), place_vgroup_record(new_db_id(), 0, [1, 2]),
+                   place_vgroup_record(catalog.databases["x"].id, 0, [3])):
+        assert catalog.apply_shared(catalog.shared_seq + 1, record)
+    assert [d.placed_anew for d in catalog.databases.values()] == [{}, {}] and catalog.shared_seq == 5
+    assert caplog.text.count("passed over") == 3
+
+
+_JSON = st.recursive(st.none() | st.booleans() | st.integers(-3, 9) | st.text(max_size=3),
+                     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=2), inner, max_size=2),
+                     max_leaves=12)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(fields=st.fixed_dictionaries({}, optional={
+    "db_id": _JSON | st.just("known"), "vgroup": _JSON | st.integers(-1, 3),
+    "replicas": _JSON | st.lists(st.integers(-1, 4), max_size=4)}))
+def test_any_place_record_applies_as_a_valid_placement_or_is_refused(tmp_path: Path, fields: dict[str, Any]) -> None:
+    """Whatever a ``place_vgroup`` record holds (damage, another writer), it applies as distinct node ids of a placed
+    vgroup, or is refused as a record that cannot apply (ValueError), the catalog unchanged; never another error.
+    Replayed from a file, a refused one is reported and skipped, the others kept."""
+    path = tmp_path / f"{uuid.uuid4()}.log"
+    catalog = _cluster_catalog(path)
+    db_id = _topic(catalog)
+    record = {"op": "place_vgroup", **fields}
+    if record.get("db_id") == "known":
+        record["db_id"] = db_id
+    before = catalog.databases["kafka_t"]
+    try:
+        catalog.apply(record)
+    except ValueError:
+        assert catalog.databases["kafka_t"] == before
+        return
+    db = catalog.databases["kafka_t"]
+    for vgroup in range(db.vgroups):
+        replicas = db.replicas_of(vgroup, 1)
+        assert replicas and len(set(replicas)) == len(replicas) and all(n >= 0 for n in replicas)
+    path.write_bytes(path.read_bytes() + lines.encode(record))
+    assert _cluster_catalog(path).databases["kafka_t"] == db
