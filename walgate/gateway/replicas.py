@@ -24,6 +24,16 @@ the order etcd reports them, the vnode's calls on its lane:
   dropped here is let go as the catalog record applies (:meth:`catalog_changed`), before the controller deletes its
   state.
 
+**Replica moves** (issue 26): the controller writes a moved state and the ``place_vgroup`` catalog record placing
+the vgroup on its replicas in one etcd transaction (:class:`~walgate.cluster.partition_states.Reconciler`), and this
+node applies the two from two streams, in either order. A state naming this node for a vnode its catalog does not
+place here yet is stopped, not followed, until the record applies: the engine then opens the vnode empty
+(:meth:`Store.open_placed <walgate.storage.store.Store.open_placed>`) and :meth:`catalog_changed` applies the state
+again, so the adding replica fetches from the leader from its log start. A vnode the catalog no longer places here
+(a move completed without it, or cancelled) is let go once the record applies, as a dropped database's, then closed
+and its files deleted (:meth:`Engine.drop_moved_vnode <walgate.storage.engine.Engine.drop_moved_vnode>`, crash-safe:
+:mod:`walgate.storage.moved_vnodes`); the state written with that record no longer names this node.
+
 The high watermark (issue 25): a replicated vnode's visible version is the least of its durable end and the
 replicas' high watermark (:attr:`Wal.replication <walgate.storage.wal.Wal.replication>`, the one seam every
 watermark, ListOffsets and Fetch go through). On the leader it is :meth:`LeaderView.update_hw` over the ISR's
@@ -93,6 +103,12 @@ def _learned(vnode: FollowedVnode, _end: int, _durable: int) -> int:
 def _database_named(engine: Engine, db_id: str) -> str | None:
     """The name of the database whose id is ``db_id`` here, None when this node does not know it (yet)."""
     return next((db.name for db in engine.catalog.databases.values() if db.id == db_id), None)
+
+
+def _placed_here(engine: Engine, db_name: str, vgroup: int) -> bool:
+    """Whether this node's catalog places vgroup ``vgroup`` of ``db_name`` here (its vnode is open here)."""
+    db = engine.catalog.databases.get(db_name)
+    return db is not None and vgroup in engine.store.placed_here(db)
 
 
 def _wal(engine: Engine, key: VnodeKey) -> Wal:
@@ -386,8 +402,8 @@ class ReplicaManager:
                           type(e).__name__, e)
 
     def catalog_changed(self) -> None:
-        """The node's catalog changed: every vnode led or followed of a database dropped is let go
-        (:meth:`_forget_dropped`), then the current state of every vnode naming this node a replica that it neither
+        """The node's catalog changed: every vnode led or followed of a database dropped is let go, every vnode moved
+        away let go and deleted (:meth:`_forget_dropped`), then the current state of every vnode naming this node a replica that it neither
         leads nor follows is applied again (its database may be known now, :meth:`apply` having skipped it)."""
         self._changes.put_nowait(None)
         for pid, state in self.states.states.items():
@@ -404,6 +420,9 @@ class ReplicaManager:
                             pid.db_id)
             return
         key = (db, pid.vgroup)
+        if state is not None and self.node_id in state.replicas and not await self.storage.call(
+                _placed_here, self.engine, db, pid.vgroup):
+            state = None  # (a move's: followed once its catalog record opened the vnode here, catalog_changed)
         held = [p for p, led in self.led.items() if led.key == key]
         held += [PartitionId(v.db_id, v.vgroup) for f in self.fetching.values()
                  if (v := f.fetcher.followed.get(key)) is not None]
@@ -494,12 +513,21 @@ class ReplicaManager:
         vnode.wal.replication = functools.partial(_fixed, _baseline(vnode))
 
     async def _forget_dropped(self) -> None:
-        """Let go of every vnode led or followed whose database this node's catalog no longer has (:meth:`_forget`)."""
-        if not self.led and not self.following:
-            return
+        """Let go of every vnode led or followed whose database this node's catalog no longer has (:meth:`_forget`),
+        and of every vnode open here the catalog no longer places here (a replica moved away): not led nor followed
+        from now on, then closed and its files deleted (:meth:`Engine.drop_moved_vnode
+        <walgate.storage.engine.Engine.drop_moved_vnode>`)."""
         known = await self.storage.call(lambda: {db.id for db in self.engine.catalog.databases.values()})
         for pid in [p for p in (*self.led, *self.following) if p.db_id not in known]:
             await self._forget(pid)
+        for name, db_id, vgroup in await self.storage.call(self.engine.moved_away):
+            pid, key = PartitionId(db_id, vgroup), (name, vgroup)
+            await self._resign(pid)
+            self._unfollow(pid, key)
+            self._checkpointed.pop(key, None)
+            if await self.storage.call(self.engine.drop_moved_vnode, name, vgroup):
+                log.info("vnode %d of database %s: its replica moved away from this node: closed, its files deleted",
+                         vgroup, name)
 
     async def _forget(self, pid: PartitionId) -> None:
         """Stop leading or following ``pid``, a vnode of a database dropped here (closed with it: nothing to

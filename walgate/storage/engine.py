@@ -47,6 +47,7 @@ from walgate.storage.ingest import Ingest
 from walgate.storage.lanes import INLINE, CoordinatorLane
 from walgate.storage.lineproto_columns import Measurement
 from walgate.storage.meta_checks import MetaCheck, apply_check, pending
+from walgate.storage.moved_vnodes import delete_vnode_dir
 from walgate.storage.native_topics import NativeTopics
 from walgate.storage.observers import NO_CONSUMERS, NO_LISTENER, ConsumerRow, ConsumersView, RecordsListener
 from walgate.storage.partitions import LocalPartitions, Partitions
@@ -485,6 +486,40 @@ class Engine:
         finally:
             served = {id(v) for vnodes in self.vnodes.values() for v in vnodes}
             self._meta_checks = [c for c in self._meta_checks if id(c.vnode) in served]
+
+    def moved_away(self) -> list[tuple[str, str, int]]:
+        """(database name, database id, vgroup) of each vnode open here that the catalog no longer places here (a
+        replica move took it to other nodes): the replica manager lets go of each, then :meth:`drop_moved_vnode`."""
+        out = []
+        for name, vnodes in self.vnodes.items():
+            db = self.catalog.databases.get(name)
+            if db is None or db.replicas is None:
+                continue
+            placed = set(self.store.placed_here(db))
+            out += [(name, db.id, v.index) for v in vnodes if v.index not in placed and v.db.id == db.id]
+        return out
+
+    def drop_moved_vnode(self, db_name: str, index: int) -> bool:
+        """Close vnode ``index`` of ``db_name``, which the catalog no longer places here, and delete its files in the
+        crash-safe order of :mod:`walgate.storage.moved_vnodes` (its topics' offset indexes and producer state
+        forgotten with it); False (nothing done) when it is placed here or not open. The caller (the replica manager)
+        no longer leads or follows it. OSError when the disk refuses the delete: the vnode is closed, the next start
+        finishes it."""
+        db = self.catalog.databases.get(db_name)
+        vnodes = self.vnodes.get(db_name, [])
+        vnode = next((v for v in vnodes if v.index == index), None)
+        if db is None or vnode is None or index in self.store.placed_here(db):
+            return False
+        for topic in [t.name for t in self.catalog.topics.values() if t.db == db_name]:
+            self.store.producers.pop((topic, index), None)
+            idx = self.store.indexes.pop((topic, index), None)
+            if idx is not None:
+                idx.close()
+        vnodes.remove(vnode)
+        vnode.close()
+        self._meta_checks = [c for c in self._meta_checks if c.vnode is not vnode]
+        delete_vnode_dir(vnode.dir, self.syncs)
+        return True
 
     def set_dnodes(self, dnodes: tuple[Dnode, ...], live: Mapping[int, str | None] | None = None) -> None:
         """The cluster's nodes as this node knows them (``SHOW DNODES``) and, in cluster mode, the live ones (id ->

@@ -256,7 +256,8 @@ class NativeTopics:
         topics served here in line with the catalog. A topic the catalog no longer has is dropped here (its offset
         indexes, committed offsets, vnodes and files), any database's vnodes and files too (an SQL database's as
         well, or its old ones when a snapshot holds one made again under its name); a new one's vnodes placed on this node are created and opened;
-        a grown one's new vnodes placed here too; every one's vnodes take the WAL settings of its configs over
+        a grown one's new vnodes placed here too, and those a replica move places here (empty; a move's vnodes no
+        longer placed here are the replica manager's to let go: :meth:`Engine.drop_moved_vnode`); every one's vnodes take the WAL settings of its configs over
         ``defaults`` (the dynamic broker defaults, :meth:`Engine.topic_defaults`: this node's, as on a single node,
         so in cluster mode never written back to the shared record). Idempotent: a call
         the disk refused (raised) is made again, and a restart opens whatever the catalog places here."""
@@ -279,16 +280,11 @@ class NativeTopics:
                 store.vnodes[db.name] = store.open_database(db)
                 self.open_topic(topic)
                 continue
-            vnodes = store.vnodes[db.name]
-            for vnode in vnodes:
+            for vnode in store.vnodes[db.name]:
                 vnode.reconfigure(db)
-            present = {v.index for v in vnodes}
-            missing = [i for i in store.placed_here(db) if i not in present]
-            if missing:  # a topic's partitions only grow: every one placed here from the first missing is missing
-                for vnode in store.open_database(db, first=missing[0]):
-                    vnodes.append(vnode)
-                    self.views.open_partition(topic, vnode)
-                    self._open_producers(topic, vnode)
+            for vnode in store.open_placed(db):  # a grown topic's, or a replica move's to this node (empty)
+                self.views.open_partition(topic, vnode)
+                self._open_producers(topic, vnode)
 
     def delete_records(self, name: str, partition: int, offset: int) -> int:
         """Move a partition's log start to *offset* (-1: the high watermark); the new log start."""

@@ -102,12 +102,17 @@ class SqlObjects:
 
     def follow(self, record: dict[str, Any] | None) -> None:
         """After ``record`` (None: a snapshot) was applied: open what the catalog places here and this node does not
-        serve yet, write the pending meta entries (module docstring) and recompile the TDengine topics over the
+        serve yet (a new database's vnodes, a replica move's: empty, their TDengine topics' offset indexes with them), write the pending meta entries (module docstring) and recompile the TDengine topics over the
         supertables it changed. Idempotent: a call the disk refused (raised) is made again."""
         store, catalog = self.store, self.store.catalog
         kafka_dbs = {t.db for t in catalog.topics.values() if t.kind == "kafka"}
-        for db in [d for d in catalog.databases.values() if d.name not in store.vnodes and d.name not in kafka_dbs]:
-            store.vnodes[db.name] = store.open_database(db)
+        for db in [d for d in catalog.databases.values() if d.name not in kafka_dbs]:
+            if db.name not in store.vnodes:
+                store.vnodes[db.name] = store.open_database(db)
+                continue
+            for vnode in store.open_placed(db):  # a replica move's to this node (empty)
+                for topic in [t for t in catalog.topics.values() if t.db == db.name and t.name in store.topic_uuids]:
+                    self.views.open_partition(topic, vnode)
         for topic in [t for t in catalog.topics.values() if t.kind != "kafka" and t.name not in store.topic_uuids]:
             self.views.offsets.clear_left(topic.name)
             self.views.open_topic(topic)

@@ -22,9 +22,10 @@ exactly the topics of ``catalog.topics`` (kept by :meth:`add_topic_id` / :meth:`
 from __future__ import annotations
 
 import functools
+import logging
 import shutil
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 
 import pyarrow as pa
@@ -50,6 +51,7 @@ from walgate.storage.errors import (
 from walgate.storage.filecache import FileCache
 from walgate.storage.fileio import SyncLatency
 from walgate.storage.lanes import INLINE, CoordinatorLane, check_vnode
+from walgate.storage.moved_vnodes import remove_leftovers
 from walgate.storage.observers import (
     NO_CONSUMERS,
     NO_LISTENER,
@@ -64,6 +66,8 @@ from walgate.storage.topics_snapshot import EMPTY, TopicsSnapshot
 from walgate.storage.vnode import TableDef, Vnode, vnode_of
 
 __all__ = ["TICKS", "TICKS_PER_MS", "Store"]
+
+log = logging.getLogger("walgate.storage")
 
 TICKS = {"ms": 1_000_000, "us": 1_000, "ns": 1}  # ns per tick of a database precision
 TICKS_PER_MS = {"ms": 1, "us": 1_000, "ns": 1_000_000}
@@ -155,14 +159,24 @@ class Store:
         return datadir.db_dir(self.data_dir, db.id)
 
     def open_database(self, db: DatabaseDef, commit: Callable[[], object] | None = None, first: int = 0, *,
-                      whole_stores: bool = True) -> list[Vnode]:
-        """Open vnodes ``first ..`` of ``db``. New vnodes (a new database, new partitions) are created *before*
-        ``commit`` (their catalog record) runs: when either fails, the new directories are removed and nothing is
-        kept (:class:`StorageUnavailable`, or the catalog's error). Without ``whole_stores``, the meta stores'
-        checks that read all of them are the caller's (:meth:`Vnode.open <walgate.storage.vnode.Vnode.open>`)."""
+                      whole_stores: bool = True, indices: Collection[int] | None = None) -> list[Vnode]:
+        """Open the vnodes ``first ..`` of ``db`` placed here (``indices``: those alone, a replica move's, created
+        empty). New vnodes (a new database, new partitions) are created *before* ``commit`` (their catalog record)
+        runs: when either fails, the new directories are removed and nothing is kept (:class:`StorageUnavailable`,
+        or the catalog's error). Without ``whole_stores``, the meta stores' checks that read all of them are the
+        caller's (:meth:`Vnode.open <walgate.storage.vnode.Vnode.open>`). A whole database of the cluster's catalog
+        opened without ``commit`` (a start, a record applied) first finishes the deletes of moved vnodes a crash
+        left (:func:`~walgate.storage.moved_vnodes.remove_leftovers`)."""
+        if commit is None and first == 0 and indices is None and db.replicas is not None:
+            try:
+                for name in remove_leftovers(self.db_dir(db), self.placed_here(db), self.syncs):
+                    log.info("database %s: %s deleted (a replica moved away, a crash before its delete ended)",
+                             db.name, name)
+            except OSError as exc:
+                log.warning("database %s: the copies of replicas moved away not deleted yet: %s", db.name, exc)
         vnodes: list[Vnode] = []
         try:
-            for i in self.placed_here(db, first):
+            for i in self.placed_here(db, first) if indices is None else indices:
                 vnodes.append(Vnode.open(db, i, self.db_dir(db) / f"vnode{i}", self.damage_log, self.unsynced,
                                          self.clock, self.files, self.syncs, whole_stores))
                 vnodes[-1].wal.appended = functools.partial(self.listener.vnode_appended, db.name, i)
@@ -183,6 +197,20 @@ class Store:
                                      "nothing was kept") from None
         self.vnodes_opened += len(vnodes)
         return vnodes
+
+    def open_placed(self, db: DatabaseDef) -> list[Vnode]:
+        """Open the vnodes of ``db`` (open here already) that the catalog places here and are not open: a replica
+        move's adding node's (created empty: it follows its leader from the log start) or a grown topic's; the ones
+        opened, kept in index order."""
+        vnodes = self.vnodes[db.name]
+        present = {v.index for v in vnodes}
+        missing = [i for i in self.placed_here(db) if i not in present]
+        if not missing:
+            return []
+        opened = self.open_database(db, indices=missing)
+        vnodes.extend(opened)
+        vnodes.sort(key=lambda v: v.index)
+        return opened
 
     def placed_here(self, db: DatabaseDef, first: int = 0) -> list[int]:
         """The vgroups ``first ..`` of ``db`` of which the catalog places a replica on this node (every one on a
