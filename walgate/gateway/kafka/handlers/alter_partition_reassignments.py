@@ -13,10 +13,12 @@ As Kafka's ``ControllerApis.handleAlterPartitionReassignments`` and ``Replicatio
   replicas than ``min.insync.replicas``, a cancellation that would need an unclean election),
   NO_REASSIGNMENT_IN_PROGRESS (a cancellation, null ``replicas``, with none); REQUEST_TIMED_OUT when the controller did
   not answer within the request's ``timeout_ms``;
-* **not yet** (docs/cluster.md "Moving replicas"): a target naming a node the catalog does not place the partition's
-  vgroup on (a node would have to open the vnode empty: the catalog record that places it is not written yet), and
-  any move of a partition of one copy: INVALID_REPLICA_ASSIGNMENT saying so. A move within the nodes placed (a
-  replication factor lowered, raised back, or its preferred leader changed) is served.
+* a target may name any registered node: the controller places the vgroup on the union while the move is in
+  progress (a ``place_vgroup`` catalog record written with the state), an adding node opens the vnode empty and
+  catches up from the leader, a removed node deletes its copy once the move completed (docs/cluster.md "Moving
+  replicas");
+* **not yet**: any move of a partition of one copy (it has no partition state to move): INVALID_REPLICA_ASSIGNMENT
+  saying so.
 
 The move then completes as the controller finds its target replicas in sync (ListPartitionReassignments shows it
 meanwhile).
@@ -70,10 +72,6 @@ def _refused(topic: str, partition: int, placed: tuple[int, ...], target: Target
         return None
     if not allow_rf_change and len(target) != len(current):
         return f"The replication factor is changed from {len(current)} to {len(target)}"
-    elsewhere = [r for r in target if r not in placed]
-    if elsewhere:
-        return (f"Node {elsewhere[0]} does not hold {topic}-{partition} (placed on {list(placed)}): adding a replica on "
-                "another node is not supported yet (docs/cluster.md, \"Moving replicas\")")
     return None
 
 
