@@ -105,10 +105,12 @@ def _database_named(engine: Engine, db_id: str) -> str | None:
     return next((db.name for db in engine.catalog.databases.values() if db.id == db_id), None)
 
 
-def _placed_here(engine: Engine, db_name: str, vgroup: int) -> bool:
-    """Whether this node's catalog places vgroup ``vgroup`` of ``db_name`` here (its vnode is open here)."""
-    db = engine.catalog.databases.get(db_name)
-    return db is not None and vgroup in engine.store.placed_here(db)
+def _placement(engine: Engine, db_id: str, vgroup: int) -> tuple[str | None, bool]:
+    """(:func:`_database_named`, whether this node's catalog places vgroup ``vgroup`` of that database here: its
+    vnode is open here)."""
+    name = _database_named(engine, db_id)
+    db = None if name is None else engine.catalog.databases[name]
+    return name, db is not None and vgroup in engine.store.placed_here(db)
 
 
 def _wal(engine: Engine, key: VnodeKey) -> Wal:
@@ -412,7 +414,7 @@ class ReplicaManager:
 
     async def apply(self, pid: PartitionId, state: PartitionState | None) -> None:
         """Lead, follow or stop vnode ``pid`` as ``state`` says (the module docstring)."""
-        db = await self.storage.call(_database_named, self.engine, pid.db_id)
+        db, placed = await self.storage.call(_placement, self.engine, pid.db_id, pid.vgroup)
         if db is None:
             await self._forget(pid)
             if state is not None and self.node_id in state.replicas:
@@ -420,8 +422,7 @@ class ReplicaManager:
                             pid.db_id)
             return
         key = (db, pid.vgroup)
-        if state is not None and self.node_id in state.replicas and not await self.storage.call(
-                _placed_here, self.engine, db, pid.vgroup):
+        if state is not None and not placed:
             state = None  # (a move's: followed once its catalog record opened the vnode here, catalog_changed)
         held = [p for p, led in self.led.items() if led.key == key]
         held += [PartitionId(v.db_id, v.vgroup) for f in self.fetching.values()
