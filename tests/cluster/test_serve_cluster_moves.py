@@ -1,12 +1,17 @@
-"""A replicated partition moved to nodes that did not hold it, in ``walgate serve`` (KIP-455, issue 26): three real
-``walgate serve --cluster`` nodes with ``replication.enable=true`` over a real etcd (stopped by PID).
+"""Replicated partitions moved to nodes that did not hold them, in ``walgate serve`` (KIP-455, issue 26): four real
+``walgate serve --cluster`` nodes with ``replication.enable=true`` over a real etcd (stopped by PID), started once for
+both scenarios.
 
 A topic of two partitions on nodes 1, 2 and 2, 1 (``min.insync.replicas=2``) takes an idempotent acks=all producer's
 writes throughout. Partition 0 is moved to 2, 3 (through node 3, which holds no replica of it): node 3 opens it
 empty and catches up from the leader, the move completes, node 1's copy of it is deleted (its other partition's
 kept); then to 3, 1: node 1 opens it empty again and catches up, node 3 leads, node 2's copy is deleted. Every
 acknowledged value is then read once, in order, from each new replica (the history checker, history.py), and no node
-logged a traceback."""
+logged a traceback.
+
+A ``REPLICA 3`` SQL database's vgroup on three of the four nodes is then moved (through its TDengine topic's
+partition) to a set with the fourth: the fourth opens it empty and catches up, the node left out deletes its copy,
+and every row written before and after is counted through every node."""
 
 from __future__ import annotations
 
@@ -16,9 +21,10 @@ from pathlib import Path
 from confluent_kafka.admin import NewTopic
 from etcd_cluster import EtcdCluster
 from history import FinalRead, Send, check
-from serve_support import create_topics, eventually, no_traceback
+from serve_support import create_topics, eventually, no_traceback, node, sql
 from test_serve_cluster_reassignments import call
 from test_serve_cluster_replicated_topics import (
+    ARGS,
     FINAL,
     KT_CONFIGS,
     TOPIC,
@@ -30,56 +36,96 @@ from test_serve_cluster_replicated_topics import (
     three_nodes,
 )
 
+from livewalgate import WalgateServer
 from walgate.wire.errors import ErrorCode
 
 
-def move(port: int, replicas: list[int]) -> tuple[int, int]:
-    """(the request's, partition 0's) error code of a move of :data:`TOPIC`'s partition 0 to ``replicas``."""
+def move(port: int, replicas: list[int], topic: str = TOPIC) -> tuple[int, int]:
+    """(the request's, partition 0's) error code of a move of ``topic``'s partition 0 to ``replicas``."""
     answer = call(port, 45, 1, {"timeout": 30_000, "allow_replication_factor_change": True, "topics": [
-        {"name": TOPIC, "partitions": [{"partition_index": 0, "replicas": replicas}]}]})
+        {"name": topic, "partitions": [{"partition_index": 0, "replicas": replicas}]}]})
     return answer.error_code, answer.responses[0].partitions[0].error_code
 
 
-def test_a_partition_moved_to_nodes_not_holding_it_keeps_every_acknowledged_write(etcd1: EtcdCluster,
-                                                                                 tmp_path: Path) -> None:
+def new_db_id(etcd: EtcdCluster, before: set[str]) -> str:
+    """The database id of the partition states made since ``before`` (one database's)."""
+    [db_id] = {key.split(b"/")[-2].decode() for key in partition_states(etcd)} - before
+    return db_id
+
+
+def test_replicas_moved_to_nodes_not_holding_them_keep_every_write(etcd1: EtcdCluster, tmp_path: Path) -> None:
     with ExitStack() as stack:
-        nodes = three_nodes(stack, etcd1, tmp_path)
-        n1, n2, n3 = nodes
-        create_topics(bootstrap(nodes), NewTopic(TOPIC, 2, replica_assignment=[[1, 2], [2, 1]], config=KT_CONFIGS))
-        eventually("both partitions led, both replicas in sync", lambda: described(n1, TOPIC) == {
-            0: (1, [1, 2], [1, 2]), 1: (2, [2, 1], [1, 2])})
-        [db_id] = {key.split(b"/")[-2].decode() for key in partition_states(etcd1)}
-        copy = {n: n.data_dir / "db" / db_id for n in nodes}
-        assert not copy[n3].exists()
-
-        history: list[Send | FinalRead] = []
-        writer = Writer(bootstrap(nodes), history)  # type: ignore[arg-type]
-        writer.start()
-        try:
-            eventually("values acknowledged", lambda: writer.acked() > 20)
-            assert move(n3.kafka_port, [2, 3]) == (ErrorCode.none, ErrorCode.none)
-            eventually("moved to 2, 3: node 3 caught up from empty, node 2 leads",
-                       lambda: described(n1, TOPIC)[0] == (2, [2, 3], [2, 3]))
-            eventually("node 1's copy of partition 0 deleted", lambda: not (copy[n1] / "vnode0").exists())
-            assert (copy[n1] / "vnode1").is_dir() and (copy[n3] / "vnode0").is_dir()
-            acked = writer.acked()
-            eventually("values acknowledged by the new replicas", lambda: writer.acked() > acked + 20)
-
-            assert move(n2.kafka_port, [3, 1]) == (ErrorCode.none, ErrorCode.none)
-            eventually("moved to 3, 1: node 1 caught up from empty again, node 3 leads",
-                       lambda: described(n2, TOPIC)[0] == (3, [3, 1], [1, 3]))
-            eventually("node 2's copy of partition 0 deleted", lambda: not (copy[n2] / "vnode0").exists())
-            acked = writer.acked()
-            eventually("values acknowledged after the second move", lambda: writer.acked() > acked + 20)
-        finally:
-            writer.stop()
-        assert [e for e in writer.errors if e.fatal()] == [] and writer.failed == [], (writer.errors, writer.failed)
-        finals = [FinalRead(FINAL + 3, "0", full_read(n3, 0)), FinalRead(FINAL + 1, "0", full_read(n1, 0))]
-        history += finals
-        assert check(history) == []  # type: ignore[arg-type]
-        acknowledged = sorted((w.offset or 0, w.value) for op in history if isinstance(op, Send) and op.outcome == "ok"
-                              for w in op.writes if w.key == "0")
-        for final in finals:  # every acknowledged value once, in order, from each new replica
-            assert [v for _, v in final.reads] == [v for _, v in acknowledged]
+        nodes = [*three_nodes(stack, etcd1, tmp_path), stack.enter_context(node(etcd1, tmp_path, 4, *ARGS))]
+        moves_of_a_topic(etcd1, nodes)
+        move_of_a_databases_vgroup(etcd1, nodes)
         for server in nodes:
             no_traceback(server)
+
+
+def moves_of_a_topic(etcd: EtcdCluster, nodes: list[WalgateServer]) -> None:
+    """The topic's partition 0 moved from 1, 2 to 2, 3, then to 3, 1, under an idempotent producer (the module
+    docstring)."""
+    n1, n2, n3, _ = nodes
+    create_topics(bootstrap(nodes), NewTopic(TOPIC, 2, replica_assignment=[[1, 2], [2, 1]], config=KT_CONFIGS))
+    eventually("both partitions led, both replicas in sync", lambda: described(n1, TOPIC) == {
+        0: (1, [1, 2], [1, 2]), 1: (2, [2, 1], [1, 2])})
+    db_id = new_db_id(etcd, set())
+    copy = {n: n.data_dir / "db" / db_id for n in nodes}
+    assert not copy[n3].exists()
+
+    history: list[Send | FinalRead] = []
+    writer = Writer(bootstrap(nodes), history)  # type: ignore[arg-type]
+    writer.start()
+    try:
+        eventually("values acknowledged", lambda: writer.acked() > 20)
+        assert move(n3.kafka_port, [2, 3]) == (ErrorCode.none, ErrorCode.none)
+        eventually("moved to 2, 3: node 3 caught up from empty, node 2 leads",
+                   lambda: described(n1, TOPIC)[0] == (2, [2, 3], [2, 3]))
+        eventually("node 1's copy of partition 0 deleted", lambda: not (copy[n1] / "vnode0").exists())
+        assert (copy[n1] / "vnode1").is_dir() and (copy[n3] / "vnode0").is_dir()
+        acked = writer.acked()
+        eventually("values acknowledged by the new replicas", lambda: writer.acked() > acked + 20)
+
+        assert move(n2.kafka_port, [3, 1]) == (ErrorCode.none, ErrorCode.none)
+        eventually("moved to 3, 1: node 1 caught up from empty again, node 3 leads",
+                   lambda: described(n2, TOPIC)[0] == (3, [3, 1], [1, 3]))
+        eventually("node 2's copy of partition 0 deleted", lambda: not (copy[n2] / "vnode0").exists())
+        acked = writer.acked()
+        eventually("values acknowledged after the second move", lambda: writer.acked() > acked + 20)
+    finally:
+        writer.stop()
+    assert [e for e in writer.errors if e.fatal()] == [] and writer.failed == [], (writer.errors, writer.failed)
+    finals = [FinalRead(FINAL + 3, "0", full_read(n3, 0)), FinalRead(FINAL + 1, "0", full_read(n1, 0))]
+    history += finals
+    assert check(history) == []  # type: ignore[arg-type]
+    acknowledged = sorted((w.offset or 0, w.value) for op in history if isinstance(op, Send) and op.outcome == "ok"
+                          for w in op.writes if w.key == "0")
+    for final in finals:  # every acknowledged value once, in order, from each new replica
+        assert [v for _, v in final.reads] == [v for _, v in acknowledged]
+
+
+def move_of_a_databases_vgroup(etcd: EtcdCluster, nodes: list[WalgateServer]) -> None:
+    """A ``REPLICA 3`` database's vgroup moved to a set with the node that did not hold it (the module docstring)."""
+    n1 = nodes[0]
+    eventually("four ready nodes", lambda: [r[2] for r in sql(n1, "SHOW DNODES")] == ["ready"] * 4)
+    before = {key.split(b"/")[-2].decode() for key in partition_states(etcd)}
+    sql(n1, "CREATE DATABASE r VGROUPS 1 REPLICA 3")
+    sql(n1, "CREATE STABLE r.st (ts TIMESTAMP, v BIGINT) TAGS (k INT)")
+    sql(n1, "CREATE TOPIC rt AS DATABASE r")
+    eventually("the vgroup led, three replicas in sync", lambda: len(described(n1, "rt")[0][2]) == 3)
+    placed = described(n1, "rt")[0][1]
+    [outsider] = {1, 2, 3, 4} - set(placed)
+    target, left_out = [outsider, *placed[:2]], placed[2]
+    copy = {i: s.data_dir / "db" / new_db_id(etcd, before) / "vnode0" for i, s in enumerate(nodes, 1)}
+    assert not copy[outsider].exists()
+    sql(nodes[outsider - 1], "INSERT INTO r.t1 USING r.st TAGS (1) VALUES " + " ".join(
+        f"({1_700_000_000_000 + i}, {i})" for i in range(100)))
+
+    assert move(nodes[left_out - 1].kafka_port, target, "rt") == (ErrorCode.none, ErrorCode.none)
+    eventually(f"moved to {target}", lambda: described(n1, "rt")[0][1:] == (target, sorted(target)))
+    eventually(f"node {left_out}'s copy deleted", lambda: not copy[left_out].exists())
+    assert copy[outsider].is_dir()
+    sql(nodes[left_out - 1], "INSERT INTO r.t2 USING r.st TAGS (2) VALUES " + " ".join(
+        f"({1_700_000_000_000 + i}, {i})" for i in range(50)))
+    for server in nodes:
+        assert sql(server, "SELECT COUNT(*), SUM(v) FROM r.st") == [[150, 4950 + 1225]]
