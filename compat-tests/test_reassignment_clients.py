@@ -5,11 +5,12 @@ Jepsen-style suite's load (tests/jepsen/replicated_workload.py: database ``r`` w
 tests/cluster/history.py with the final reads through every node and every replica's WAL).
 
 Partition 0 is moved off its last replica (the target in sync: the move completes at once; describeTopics names the
-two replicas left); with that node paused, a move back to all three is listed as in progress (adding it) and
-cancelled (back to two); the node resumed, the move back completes once it caught up (describeTopics: three
+two replicas left), and that node deletes its copy; with that node paused, a move back to all three is listed as in
+progress (adding it) and cancelled (back to two); the node resumed, the move back to it, a node that no longer holds
+the partition, completes once it opened the vnode empty and caught up from the leader (describeTopics: three
 replicas, three in sync), and a cancellation then finds no move (NoReassignmentInProgressException); a target on a
-node that does not hold the partition is refused (InvalidReplicaAssignmentException: not supported yet). The load
-runs through it all, and the history is clean. Each node's lease is 60 s, so the paused node stays registered while
+node that is not registered is refused (InvalidReplicaAssignmentException). The load runs through it all, and the
+history is clean (the returned node's WAL compared with the others' entry by entry). Each node's lease is 60 s, so the paused node stays registered while
 its move is made and cancelled (a JVM's start on a loaded machine took more than 10 s)."""
 
 from __future__ import annotations
@@ -67,7 +68,9 @@ def test_java_admin_moves_a_partition_off_a_node_and_back_with_a_cancellation_un
                 move_off = reassign(java, nodes, "move:" + ",".join(map(str, kept)), "wait", "describe")
                 assert [s.get("result", s.get("done")) for s in move_off[:2]] == ["ok", True], move_off
                 assert (move_off[2]["replicas"], move_off[2]["isr"]) == (kept, sorted(kept)), move_off
-                load.note(f"partition 0 moved off node {dropped}")
+                copy = nodes.data_dir(dropped) / "db" / database / "vnode0"
+                wait_until(f"node {dropped}'s copy of partition 0 deleted", lambda: not copy.exists())
+                load.note(f"partition 0 moved off node {dropped}, its copy there deleted")
                 load.wait_acked(ACKS, "after the move off")
 
                 nodes.pause(dropped)
@@ -86,7 +89,8 @@ def test_java_admin_moves_a_partition_off_a_node_and_back_with_a_cancellation_un
                     "ok", True, "NoReassignmentInProgressException", "InvalidReplicaAssignmentException"], moved_back
                 wait_until(f"node {dropped} back in sync", lambda: sorted(nodes.isr(0, kept[0])) == sorted(replicas))
                 assert reassign(java, nodes, "describe")[0]["replicas"] == replicas
-                load.note(f"partition 0 moved back to node {dropped}")
+                assert copy.is_dir()
+                load.note(f"partition 0 moved back to node {dropped}, caught up from empty")
                 load.wait_acked(ACKS, "after the move back")
             history = final_history(nodes, load, database, tmp_path / "replicas")
         finally:

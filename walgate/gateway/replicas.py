@@ -381,14 +381,15 @@ class ReplicaManager:
         """Apply each change in turn; one the disk refused (the epoch's begin: StorageUnavailable) is applied again
         after ``backoff_s`` while it is still the newest state seen of its vnode; any other failure (the vnode not
         here, its epoch cache ahead of the state) is logged and left to the next change, as is a catalog change's
-        :meth:`_forget_dropped` that failed (its next one looks again)."""
+        :meth:`_let_go_unplaced` that failed (its next one looks again)."""
         while True:
             change = await self._changes.get()
             if change is None:
                 try:
-                    await self._forget_dropped()
+                    await self._let_go_unplaced()
                 except Exception as e:  # noqa: BLE001 - this task must go on applying states (rv4 R5)
-                    log.error("vnodes of databases dropped here not let go yet: %s: %s", type(e).__name__, e)
+                    log.error("vnodes of databases dropped here, or moved away, not let go yet: %s: %s",
+                              type(e).__name__, e)
                 continue
             pid, state = change
             if state is not None and self.states.states.get(pid) != state:
@@ -404,9 +405,10 @@ class ReplicaManager:
                           type(e).__name__, e)
 
     def catalog_changed(self) -> None:
-        """The node's catalog changed: every vnode led or followed of a database dropped is let go, every vnode moved
-        away let go and deleted (:meth:`_forget_dropped`), then the current state of every vnode naming this node a replica that it neither
-        leads nor follows is applied again (its database may be known now, :meth:`apply` having skipped it)."""
+        """The node's catalog changed: every vnode led or followed of a database dropped is let go, and every vnode
+        moved away let go and deleted (:meth:`_let_go_unplaced`), then the current state of every vnode naming this
+        node a replica that it neither leads nor follows is applied again (its database may be known now, or the
+        vnode placed here now: :meth:`apply` having skipped it)."""
         self._changes.put_nowait(None)
         for pid, state in self.states.states.items():
             if self.node_id in state.replicas and pid not in self.led and pid not in self.following:
@@ -513,7 +515,7 @@ class ReplicaManager:
         _step_down(vnode.wal)
         vnode.wal.replication = functools.partial(_fixed, _baseline(vnode))
 
-    async def _forget_dropped(self) -> None:
+    async def _let_go_unplaced(self) -> None:
         """Let go of every vnode led or followed whose database this node's catalog no longer has (:meth:`_forget`),
         and of every vnode open here the catalog no longer places here (a replica moved away): not led nor followed
         from now on, then closed and its files deleted (:meth:`Engine.drop_moved_vnode
