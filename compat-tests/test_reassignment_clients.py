@@ -24,8 +24,6 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-import pytest
-from compat_brokers import LONG
 from compat_procs import Run
 from confluent_kafka.admin import AdminClient
 
@@ -40,10 +38,6 @@ from replicated_workload import (  # noqa: E402
     replicated_database,
     wait_until,
 )
-
-pytestmark = pytest.mark.skipif(not LONG, reason=(
-    "long mode only (WALGATE_COMPAT_LONG=1): it passed alone (82-122 s) but failed in the full CI run of "
-    "2026-11-30 11:36 UTC, not yet diagnosed"))
 
 LEASE = ("--override", "broker.session.timeout.ms=60000")  # (after cluster_args' own --override: it wins)
 ACKS = 6  # acknowledged writes between steps
