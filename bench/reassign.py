@@ -46,7 +46,7 @@ from kio.schema.types import BrokerId, TopicName
 from kio.static.primitive import i32, i32Timedelta
 from prometheus_client.parser import text_string_to_metric_families
 
-from bench.cluster import cluster, delivered, quantile
+from bench.cluster import cluster, delivered, quantile, sends
 from bench.report import Row
 from walgate.admin.kafka_calls import KafkaCalls
 from walgate.gateway.cluster_up import LocalCluster
@@ -119,17 +119,6 @@ def _write(bootstrap: str, megabytes: int) -> None:
         raise RuntimeError(f"writing {megabytes} MB failed: {failed[:3] or 'not all acknowledged'}")
 
 
-def _sends(producer: Producer, until: threading.Event | float) -> list[float]:
-    """Seconds of each acknowledged 100-byte send until ``until`` is set (an event) or passed (a deadline)."""
-    out: list[float] = []
-    done = until.is_set if isinstance(until, threading.Event) else lambda: time.perf_counter() >= until
-    while not done():
-        begin = time.perf_counter()
-        delivered(producer, TOPIC, 0, b"x" * 100)
-        out.append(time.perf_counter() - begin)
-    return out
-
-
 def _throttle(admin: AdminClient, nodes: list[int], rate: int) -> dict[str, str]:
     """Both rates on every node, the topic's lists as kafka-reassign-partitions sets them (leaders: the current
     replicas; followers: the one being added); the broker configs of node 1 and the topic's as DescribeConfigs
@@ -157,7 +146,7 @@ def _round(running: LocalCluster, admin: AdminClient, latency: Producer, megabyt
     _move(bootstrap, [1, 2])
     _wait(admin, {1, 2}, set())
     _write(bootstrap, megabytes)
-    steady = _sends(latency, time.perf_counter() + steady_s)
+    steady = sends(latency, TOPIC, 1, time.perf_counter() + steady_s)
     moved = _metric(running, 3, MOVED)
     done, failed, took = threading.Event(), [], []
 
@@ -172,7 +161,7 @@ def _round(running: LocalCluster, admin: AdminClient, latency: Producer, megabyt
 
     mover = threading.Thread(target=move_in, name="reassign")
     mover.start()
-    during = _sends(latency, done)
+    during = sends(latency, TOPIC, 1, done)
     mover.join()
     if failed:
         raise failed[0]
