@@ -1,13 +1,22 @@
 """The replication quota (KIP-73, walgate/replication/throttle.py): Kafka's SimpleRate over 11 one-second windows,
 the throttled-replica lists read for one node, the rate configs' levels; and that a follower held back by it copies
 no more than the rate allows over a catch-up (the accounting the real-process test cannot time on a loaded machine).
+The lists and the rate are also fuzzed (seeded, 100 examples each; ``WALGATE_FUZZ_LONG=1``: 2000, fresh randomness)
+against a model.
 """
 
 from __future__ import annotations
 
+import os
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from walgate.replication.throttle import SAMPLES, UNLIMITED, WINDOW_S, ReplicationQuota, rate_in_force, throttled
+
+LONG = os.environ.get("WALGATE_FUZZ_LONG") == "1"
+FUZZ = settings(max_examples=2000 if LONG else 100, derandomize=not LONG, deadline=None)
 
 
 @pytest.mark.parametrize(("value", "partition", "node", "expected"), [
@@ -24,6 +33,47 @@ from walgate.replication.throttle import SAMPLES, UNLIMITED, WINDOW_S, Replicati
 def test_a_throttled_replica_list_names_partitions_on_this_node_only(value: str, partition: int, node: int,
                                                                      expected: bool) -> None:
     assert throttled(value, partition, node) is expected
+
+
+@FUZZ
+@given(st.text(alphabet=" ,:*0123456789x-", max_size=30), st.integers(0, 99), st.integers(0, 99))
+def test_any_list_value_is_read_without_error(value: str, partition: int, node: int) -> None:
+    assert throttled(value, partition, node) in (True, False)
+
+
+@FUZZ
+@given(st.lists(st.tuples(st.integers(0, 20), st.integers(0, 5)), max_size=8), st.integers(0, 20),
+       st.integers(0, 5))
+def test_a_pair_list_throttles_exactly_the_pairs_it_names(pairs: list[tuple[int, int]], partition: int,
+                                                        node: int) -> None:
+    value = ",".join(f"{p}:{b}" for p, b in pairs)
+    assert throttled(value, partition, node) is ((partition, node) in pairs)
+
+
+@FUZZ
+@given(st.integers(1, 10**7), st.lists(st.tuples(st.floats(0, 3, allow_nan=False), st.integers(0, 10**7)),
+                                       max_size=30))
+def test_the_rate_is_the_bytes_of_the_kept_windows_and_the_delay_ends_the_excess(
+        bound: int, steps: list[tuple[float, int]]) -> None:
+    """Against a model: every record kept while its window began within ``SAMPLES`` windows of now; the rate their
+    sum over the time since the oldest kept window began, at least one window; after ``delay`` (when below the
+    one-window cap) the rate is back at the bound, when no window expired meanwhile (an expiring window may shorten
+    the span and so raise the rate: ``delay`` is an estimate the fetcher checks again)."""
+    q, now, windows = ReplicationQuota(bound), 0.0, []
+    for gap, size in steps:
+        now += gap
+        q.record(size, now)
+        if not windows or now >= windows[-1][0] + WINDOW_S:
+            windows.append([now, 0])
+        windows[-1][1] += size
+        kept = [w for w in windows if w[0] > now - SAMPLES * WINDOW_S]
+        rate = sum(w[1] for w in kept) / max(now - kept[0][0], WINDOW_S) if kept else 0.0
+        assert q.rate(now) == pytest.approx(rate)
+        assert q.exceeded(now) is (q.rate(now) > bound)
+        delay = q.delay(now)
+        assert 0 <= delay <= WINDOW_S and (delay == 0) is (not q.exceeded(now))
+        if 0 < delay < WINDOW_S and kept[0][0] > now + delay - SAMPLES * WINDOW_S:  # (no window expires by then)
+            assert q.rate(now + delay) <= bound * (1 + 1e-9)
 
 
 def test_the_rate_in_force_is_the_nodes_own_then_the_cluster_default_then_unlimited() -> None:

@@ -87,9 +87,10 @@ class ReplicationQuota:
         return self.bound != UNLIMITED and self.rate(now) > self.bound
 
     def delay(self, now: float) -> float:
-        """Seconds until the rate, with nothing more recorded, is back at the bound, at most one window: how long a
-        follower leaves a throttled replica out of its fetches (0 when not exceeded). Windows expiring meanwhile only
-        shorten it."""
+        """Seconds until the rate, with nothing more recorded and no window expiring meanwhile, is back at the bound,
+        at most one window: how long a follower leaves a throttled replica out of its fetches before it checks again
+        (0 when not exceeded). An estimate: an old window expiring shortens the span the rate is measured over, which
+        may keep it above the bound then (found by the property test), so the caller checks again."""
         if not self.exceeded(now):
             return 0.0
         if self.bound <= 0:
