@@ -60,6 +60,7 @@ from walgate.cluster.partition_states import PartitionStates
 from walgate.gateway.kafka.node_links import NodeLinks
 from walgate.gateway.purgatory import Purgatory
 from walgate.gateway.replica_fetcher import FollowedVnode, ReplicaFetcher, finish_cut
+from walgate.gateway.replication_traffic import ReplicationTraffic
 from walgate.gateway.storage_thread import StorageThread
 from walgate.replication.leader import LeaderView
 from walgate.replication.partition import NO_LEADER, PartitionState, leads
@@ -233,6 +234,8 @@ class ReplicaManager:
         # told (on the event loop) each vnode this node begins to lead, with its leader epoch, and each it stops
         # leading (None): the coordinators load and drop the partitions of their internal topic so
         self.leadership: list[Callable[[VnodeKey, int | None], None]] = []
+        # the replication throttles and byte counts (KIP-73) of its fetchers and of the WalFetch answers it leads
+        self.traffic = ReplicationTraffic(node_id, engine.topics, self.state_of)
 
     # ------------------------------------------------------------ LedVnodes (WalFetch's handler, on the lane)
 
@@ -465,7 +468,8 @@ class ReplicaManager:
         if fetching is None:
             links = self.links()
             fetcher = ReplicaFetcher(self.node_id, self.broker_epoch, state.leader, links, self.storage,
-                                     self.engine, max_wait_ms=self.fetch_wait_ms, backoff_s=self.backoff_s)
+                                     self.engine, max_wait_ms=self.fetch_wait_ms, backoff_s=self.backoff_s,
+                                     traffic=self.traffic)
             fetching = self.fetching[state.leader] = _Fetching(
                 fetcher, links, asyncio.create_task(fetcher.run(), name=f"walgate-fetch-{state.leader}"))
         fetching.fetcher.follow(vnode)
