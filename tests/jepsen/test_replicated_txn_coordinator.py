@@ -34,7 +34,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from etcd_cluster import EtcdCluster
-from replicated_workload import SEEDS, Nodes, three_ready, wait_until
+from replicated_workload import SEEDS, Nodes, ready_nodes, wait_until
 from serve_support import create_topics
 
 from walgate.storage.coordinator_partitions import partition_for
@@ -116,16 +116,9 @@ def same_partition_id(prefix: str, like: str, partitions: int) -> str:
 
 @pytest.fixture
 def nodes(etcd1: EtcdCluster, tmp_path: Path) -> Iterator[Nodes]:
-    """Nodes 1-3 ready; afterwards no traceback in any incarnation's log."""
-    cluster = Nodes(etcd1, tmp_path)
-    try:
-        cluster.start_all((1, 2, 3))
-        three_ready(cluster)
+    """Nodes 1-3 ready (:func:`replicated_workload.ready_nodes`)."""
+    with ready_nodes(etcd1, tmp_path) as cluster:
         yield cluster
-    finally:
-        cluster.close()
-    for log in cluster.logs():
-        assert "Traceback" not in log.read_text(), f"{log}:\n{log.read_text()[-3000:]}"
 
 
 @pytest.mark.parametrize("seed", SEEDS)
