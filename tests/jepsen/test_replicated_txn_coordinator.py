@@ -76,6 +76,16 @@ def producer(nodes: Nodes, transactional_id: str) -> Producer:
     return made
 
 
+def topic_and_producer(nodes: Nodes, topic: NewTopic, transactional_id: str) -> tuple[Producer, int]:
+    """``topic`` made, then a transactional :func:`producer` of ``transactional_id`` (the first one's coordinator
+    lookup makes ``__consumer_offsets``), and the node coordinating the id."""
+    create_topics(_bootstrap(nodes), topic)
+    made = producer(nodes, transactional_id)
+    c = coordinator(nodes, transactional_id)
+    assert c in (1, 2, 3)
+    return made, c
+
+
 def open_transaction(made: Producer, topic: str, partition: int, values: list[bytes]) -> None:
     """A transaction begun with ``values`` written to ``partition`` (delivered, not ended)."""
     made.begin_transaction()
@@ -125,13 +135,11 @@ def nodes(etcd1: EtcdCluster, tmp_path: Path) -> Iterator[Nodes]:
 def test_coordinator_killed_between_prepare_and_markers(nodes: Nodes, seed: int) -> None:
     rng = random.Random(seed)
     topic = "txm"
-    create_topics(_bootstrap(nodes), NewTopic(topic, 3, 1, config={"flush.messages": "1"}))
     commit_id = f"txm-commit-{seed}"
-    committer = producer(nodes, commit_id)  # (its lookup makes __consumer_offsets)
+    committer, c = topic_and_producer(nodes, NewTopic(topic, 3, 1, config={"flush.messages": "1"}), commit_id)
     abort_id = same_partition_id(f"txm-abort-{seed}", commit_id, offsets_partitions(nodes))
     aborter = producer(nodes, abort_id)
-    c = coordinator(nodes, commit_id)
-    assert c in (1, 2, 3) and coordinator(nodes, abort_id) == c
+    assert coordinator(nodes, abort_id) == c
     placed = {p: leader_of(nodes, topic, p) for p in range(3)}
     p = rng.choice(sorted(q for q, leader in placed.items() if leader not in (c, -1)))
     d = placed[p]
@@ -158,11 +166,8 @@ def test_coordinator_killed_between_prepare_and_markers(nodes: Nodes, seed: int)
 def test_a_zombie_coordinators_writes_are_never_acknowledged(nodes: Nodes, seed: int) -> None:
     rng = random.Random(seed)
     topic = "txz"
-    create_topics(_bootstrap(nodes), NewTopic(topic, 2, 3, config={"min.insync.replicas": "2"}))
     tid = f"txz-{seed}"
-    old = producer(nodes, tid)
-    c = coordinator(nodes, tid)
-    assert c in (1, 2, 3)
+    old, c = topic_and_producer(nodes, NewTopic(topic, 2, 3, config={"min.insync.replicas": "2"}), tid)
     p = rng.randrange(2)
     zombie, before, after = (values(tag, rng.randint(1, 8)) for tag in ("zombie", "before", "after"))
     open_transaction(old, topic, p, zombie)
