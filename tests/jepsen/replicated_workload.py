@@ -583,7 +583,6 @@ def no_traceback(nodes: Nodes) -> None:
         assert "Traceback" not in text, f"{log}:\n{text[-3000:]}"
 
 
-
 def checked(history: list[Op], load: Workload, seed: int) -> None:
     """No violation in ``history``; acknowledged writes lost are named with how each was sent."""
     found = check(history)

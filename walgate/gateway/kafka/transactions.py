@@ -191,7 +191,8 @@ class TransactionService:
         cluster mode: ``coordinators`` places transactional ids as groups, ``links`` reaches the other nodes, ``led``
         the node's replica manager (None until it runs): a replicated partition's marker goes to its leader and
         counts once its in-sync replicas hold it; ``replicated``: the states are kept in the coordinator partitions
-        this node leads (a replicated cluster: "Replicated transaction coordinators" in the module docstring)."""
+        this node leads (:class:`.PartitionLogs`; a replicated cluster: "Replicated transaction coordinators" in the
+        module docstring), else in one file (:class:`.OneFile`)."""
         self.coordinators = coordinators
         coordinator.kept_apart = replicated
         self.links = links
