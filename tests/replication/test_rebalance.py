@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from walgate.replication.rebalance import Holding, PlanRefused, balance, decommission
+from walgate.replication.rebalance import Holding, LastCopy, NoNodeLeft, PlanRefused, balance, decommission
 
 LONG = os.environ.get("WALGATE_FUZZ_LONG") == "1"
 FUZZ = settings(max_examples=2000 if LONG else 200, derandomize=not LONG, database=None, deadline=None)
@@ -41,9 +41,9 @@ def test_decommission_replaces_the_node_by_the_least_loaded_on_another_rack() ->
 
 def test_decommission_refuses_a_one_copy_vgroup_and_a_vgroup_with_no_other_node() -> None:
     live = {1: None, 2: None, 3: None}
-    with pytest.raises(PlanRefused, match="vgroup power/0 has one copy, on node 2: its data cannot move"):
+    with pytest.raises(LastCopy, match="vgroup power/0 has one copy, on node 2: its data cannot move"):
         decommission(2, {"p0": Holding((2,), movable=False)}, live, name={"p0": "power/0"})
-    with pytest.raises(PlanRefused, match=r"no live node can take vgroup t/0's replica from node 1: its replicas are "
+    with pytest.raises(NoNodeLeft, match=r"no live node can take vgroup t/0's replica from node 1: its replicas are "
                                           r"\[1, 2, 3\] and the live nodes \[1, 2, 3\]"):
         decommission(1, {"t/0": Holding((1, 2, 3))}, live)
     assert decommission(2, {"p0": Holding((1,), movable=False)}, live) == {}

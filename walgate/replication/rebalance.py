@@ -34,7 +34,7 @@ from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
 
-__all__ = ["Holding", "PlanRefused", "balance", "decommission"]
+__all__ = ["Holding", "LastCopy", "NoNodeLeft", "PlanRefused", "balance", "decommission"]
 
 K = TypeVar("K", bound=Hashable)
 
@@ -49,26 +49,36 @@ class Holding:
 
 
 class PlanRefused(ValueError):
-    """The plan cannot be made; the message names the vgroup and why (TDengine answers ``DROP DNODE`` so too)."""
+    """The plan cannot be made; the message names the vgroup and why."""
+
+
+class LastCopy(PlanRefused):
+    """A vgroup on the node to decommission has one copy: its data cannot move, decommissioning would lose it."""
+
+
+class NoNodeLeft(PlanRefused):
+    """No live node but those holding a vgroup already is left to take the decommissioned node's replica (TDengine's
+    "Out of dnodes")."""
 
 
 def decommission(node: int, vgroups: Mapping[K, Holding], live: Mapping[int, str | None],
                  name: Mapping[K, str] | None = None) -> dict[K, tuple[int, ...]]:
     """The target replicas of every vgroup of ``vgroups`` that ``node`` holds, ``node`` replaced by another live
     node (module docstring); ``name`` gives each vgroup's name for messages (default: its key). Raises
-    :class:`PlanRefused` when a vgroup on ``node`` has one copy or no live node other than its replicas is left."""
+    :class:`LastCopy` when a vgroup on ``node`` has one copy, :class:`NoNodeLeft` when no live node other than its
+    replicas is left."""
     held = _counts(vgroups, live)
     plan: dict[K, tuple[int, ...]] = {}
     for key in sorted((k for k, h in vgroups.items() if node in h.replicas), key=repr):
         holding = vgroups[key]
         label = str(key) if name is None else name[key]
         if not holding.movable:
-            raise PlanRefused(f"vgroup {label} has one copy, on node {node}: its data cannot move, so decommissioning "
+            raise LastCopy(f"vgroup {label} has one copy, on node {node}: its data cannot move, so decommissioning "
                               f"node {node} would lose it (drop it, or make it REPLICA 3, first)")
         rest = tuple(r for r in holding.replicas if r != node)
         candidates = [n for n in live if n != node and n not in holding.replicas]
         if not candidates:
-            raise PlanRefused(f"no live node can take vgroup {label}'s replica from node {node}: its replicas are "
+            raise NoNodeLeft(f"no live node can take vgroup {label}'s replica from node {node}: its replicas are "
                               f"{list(holding.replicas)} and the live nodes {sorted(live)}")
         racks = {live.get(r) for r in rest}
         new = min(candidates, key=lambda n: (live[n] in racks, held[n], n))
