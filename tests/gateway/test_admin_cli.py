@@ -327,8 +327,8 @@ def test_cluster_decommission_and_rebalance_on_a_single_node_are_refused(server:
         return subprocess.run([*WALGATE, "cluster", *args, "--url", server.http_url], check=False, capture_output=True,
                               text=True, timeout=CLI_TIMEOUT, env=walgate_env())
 
-    fails(run("decommission", "0", "--wait"), 1, "DROP DNODE 0 refused: DROP DNODE moves replicas between the nodes "
-          "of a cluster: this node is a single node")
+    fails(run("decommission", "0", "--wait"), 1, "DROP DNODE 0 refused: DROP DNODE 0 moves replicas between the "
+          "nodes of a cluster: this node is a single node")
     fails(run("rebalance", "--json"), 1, "BALANCE VGROUP refused:")
     fails(run("rebalance", "--leaders"), 1, "BALANCE VGROUP LEADER refused: BALANCE VGROUP moves replicas")
     bad_usage(run("decommission", "n1"), "invalid int value: 'n1'")

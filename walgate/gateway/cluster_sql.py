@@ -134,7 +134,7 @@ def _verb(stmt: ast.Statement) -> str:
     if isinstance(stmt, ast.RedistributeVgroup):
         return "REDISTRIBUTE VGROUP"
     if isinstance(stmt, ast.DropDnode):
-        return "DROP DNODE"
+        return f"DROP DNODE {stmt.dnode}"
     return "BALANCE VGROUP"
 
 
