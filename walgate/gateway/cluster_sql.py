@@ -46,7 +46,7 @@ from walgate.storage.result import Result, affected
 from walgate.storage.sql import ast
 from walgate.wire.errors import ErrorCode
 
-__all__ = ["MoveRefused", "Vgroups", "moves_replicas", "run", "vgroups"]
+__all__ = ["MoveRefused", "Vgroups", "check_placed", "decommissioned", "moves_replicas", "run", "vgroups"]
 
 TIMEOUT_S = 30.0
 """How long a statement waits for the controller to write its moves or elections."""
@@ -120,10 +120,10 @@ async def run(stmt: ast.Statement, engine: Engine, storage: StorageThread, membe
                                                 f"{dbdef.vgroups - 1}")
         plan = {pid: _redistributed(known, pid, stmt.dnodes, live)}
     elif isinstance(stmt, ast.DropDnode):
-        plan = _decommissioned(stmt.dnode, known, live, member.view.known)
+        plan = decommissioned(stmt.dnode, known, live, member.view.known)
     else:
         plan = balance(known.holdings, live)
-    _check_placed(stmt, plan, known)
+    check_placed(stmt, plan, known)
     moves = {k: t for k, t in plan.items() if t != known.holdings[k].replicas}
     if moves:
         await _ask(member, ReassignmentRequest(tuple(moves.items())), "replica moves", known)
@@ -155,8 +155,10 @@ def _redistributed(known: Vgroups, pid: PartitionId, dnodes: tuple[int, ...],
     return dnodes
 
 
-def _decommissioned(node: int, known: Vgroups, live: Mapping[int, str | None],
-                    registered: tuple[int, ...]) -> dict[PartitionId, tuple[int, ...]]:
+def decommissioned(node: int, known: Vgroups, live: Mapping[int, str | None],
+                   registered: tuple[int, ...]) -> dict[PartitionId, tuple[int, ...]]:
+    """``DROP DNODE node``'s plan over ``known`` and the ``live`` nodes, its refusals as TDengine's errors (module
+    docstring); ``registered``: the node ids that ever registered."""
     if node not in registered:
         raise MoveRefused(DNODE_NOT_EXIST, f"Dnode does not exist: node {node} never registered in this cluster")
     try:
@@ -167,7 +169,7 @@ def _decommissioned(node: int, known: Vgroups, live: Mapping[int, str | None],
         raise Unsupported(f"DROP DNODE {node}: {e}") from None
 
 
-def _check_placed(stmt: ast.Statement, plan: Mapping[PartitionId, tuple[int, ...]], known: Vgroups) -> None:
+def check_placed(stmt: ast.Statement, plan: Mapping[PartitionId, tuple[int, ...]], known: Vgroups) -> None:
     """Refuse a plan adding a replica on a node the catalog does not place its vgroup on (module docstring)."""
     elsewhere = [f"vgroup {known.names[k]} to node {', '.join(map(str, sorted(set(t) - set(known.placed[k]))))}"
                  for k, t in sorted(plan.items(), key=lambda kv: known.names[kv[0]]) if set(t) - set(known.placed[k])]
