@@ -14,9 +14,8 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeAlias
 
-__all__ = ["DEFAULT_BOOTSTRAP", "DEFAULT_FORMAT", "DEFAULT_TIMEOUT", "DEFAULT_URL", "add_commands", "add_decommission", "add_elect",
-           "add_reassign",
-           "datetime_ms", "partition_move",
+__all__ = ["DEFAULT_BOOTSTRAP", "DEFAULT_FORMAT", "DEFAULT_TIMEOUT", "DEFAULT_URL", "add_commands", "add_decommission",
+           "add_elect", "add_reassign", "datetime_ms", "partition_move",
            "kafka_flags", "key_value", "topic_partitions"]
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
