@@ -4,7 +4,7 @@ real etcd (stopped by PID), the statements sent to nodes that are not the contro
 
 Today (moves within the nodes a vgroup is placed on): a ``REPLICA 3`` database's vgroup is redistributed over its
 three nodes with node 2 first (no data moves: the move completes at once), then ``BALANCE VGROUP LEADER`` elects
-node 2, its preferred replica, and ``BALANCE VGROUP`` finds nothing to move; a node count other than the replicas, a vgroup or node that does not exist and a
+node 2, its preferred replica, and ``BALANCE VGROUP`` (and ``walgate cluster rebalance --wait``) finds nothing to move; a node count other than the replicas, a vgroup or node that does not exist and a
 ``DROP DNODE`` with no other node to take the replicas are refused with TDengine's codes. With a Kafka-native topic
 of replication factor 2, ``DROP DNODE`` of one of its nodes (and ``walgate cluster decommission``) is refused as
 needing a move to another node, not served until the catalog re-places replicas (docs/cluster.md, "Moving
@@ -73,6 +73,10 @@ def test_statements_within_the_placed_nodes_and_their_refusals(etcd1: EtcdCluste
         eventually("node 2 leads", lambda: vgroup(n1, "r/0")["leader"] == 2)
         assert sql(n3, "BALANCE VGROUP LEADER") == [[0]]
         assert sql(n1, "BALANCE VGROUP") == [[0]]  # (one replica and one preferred leadership per node)
+        balanced = subprocess.run([*WALGATE, "cluster", "rebalance", "--wait", "--json", "--url", n3.http_url],
+                                  check=False, capture_output=True, text=True, timeout=120, env=walgate_env())
+        assert json.loads(balanced.stdout) == {"statement": "BALANCE VGROUP", "vgroups_moving": 0, "done": True}, \
+            balanced.stderr
 
         assert refused(n2, "REDISTRIBUTE VGROUP r.0 DNODE 1 DNODE 2") == (
             400, 0x03B7, "Invalid vgroup replica: vgroup r/0 has 3 replica(s): name as many distinct dnodes (given "
