@@ -45,9 +45,12 @@ def _name(p: dict[str, Any]) -> str:
     return f"{p['topic'] or p['database'] or p['db_id']}/{p['vgroup']}"
 
 
+def _ids(replicas: list[int]) -> str:
+    return ",".join(map(str, replicas)) or "-"
+
+
 def _rows(parts: list[dict[str, Any]]) -> list[list[Any]]:
-    ids: Callable[[list[int]], str] = lambda r: ",".join(map(str, r)) or "-"  # noqa: E731
-    return [[_name(p), ids(p["replicas"]), ids(p["adding_replicas"]), ids(p["removing_replicas"])] for p in parts]
+    return [[_name(p), _ids(p["replicas"]), _ids(p["adding_replicas"]), _ids(p["removing_replicas"])] for p in parts]
 
 
 def _run(args: argparse.Namespace, statement: str, left: Callable[[Page], list[dict[str, Any]]], done: str) -> None:

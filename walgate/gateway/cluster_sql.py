@@ -35,6 +35,7 @@ from walgate.cluster.elections import ElectionRequest
 from walgate.cluster.partition_codec import PartitionId
 from walgate.cluster.reassignments import ReassignmentRequest
 from walgate.gateway.cluster_member import ClusterMember
+from walgate.gateway.console.cluster_page import placed_vgroups
 from walgate.gateway.kafka.controller_requests import NotAnswered, ask_through
 from walgate.gateway.replicas import ReplicaManager
 from walgate.gateway.storage_thread import StorageThread
@@ -85,19 +86,16 @@ def moves_replicas(stmt: ast.Statement) -> bool:
 
 
 def vgroups(engine: Engine, replicas: ReplicaManager | None) -> Vgroups:
-    """The catalog's vgroups (:class:`Vgroups`), with the partition states ``replicas`` read. Storage lane."""
-    catalog, local = engine.catalog, engine.catalog.node_id
-    topics = {t.db: t.name for t in catalog.topics.values() if t.kind == "kafka"}
+    """The catalog's vgroups (:class:`Vgroups`, from :func:`~walgate.gateway.console.cluster_page.placed_vgroups`),
+    with the partition states ``replicas`` read. Storage lane."""
     out = Vgroups({}, {}, {})
-    for db in catalog.databases.values():
-        for i in range(db.vgroups):
-            pid = PartitionId(db.id, i)
-            placed = db.replicas_of(i, local)
-            state = None if replicas is None or db.replication_factor == 1 else replicas.state_of(db.id, i)
-            now = placed if state is None else tuple(r for r in state.replicas if r not in state.removing)
-            out.holdings[pid] = Holding(now, movable=db.replication_factor > 1)
-            out.names[pid] = f"{topics.get(db.name, db.name)}/{i}"
-            out.placed[pid] = placed
+    for p in placed_vgroups(engine):
+        pid = PartitionId(p.db_id, p.vgroup)
+        state = None if replicas is None or len(p.replicas) == 1 else replicas.state_of(p.db_id, p.vgroup)
+        now = p.replicas if state is None else tuple(r for r in state.replicas if r not in state.removing)
+        out.holdings[pid] = Holding(now, movable=len(p.replicas) > 1)
+        out.names[pid] = f"{p.topic or p.database}/{p.vgroup}"
+        out.placed[pid] = p.replicas
     return out
 
 

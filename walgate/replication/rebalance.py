@@ -8,15 +8,16 @@ The input is every vgroup's :class:`Holding` (its replicas, the preferred leader
 move: a vgroup of one copy has no partition state, so no move can copy it) and the live nodes with their
 ``broker.rack`` (None: none set). The output is the target replicas of each vgroup that moves; vgroups left out keep
 theirs. Both planners are deterministic: the same input gives the same plan (ties are broken by the smallest node
-id, vgroups taken in key order).
+id, vgroups taken in the order of their keys' ``repr``).
 
 * :func:`decommission` of node ``n``: each vgroup holding ``n`` gets ``n`` replaced by a live node not holding it
   yet, preferring one whose rack the vgroup's other replicas do not hold (Kafka's rack-aware rule: every rack gets a
   replica before any gets two), then the node holding the fewest replicas (counting the plan so far), then the
   smallest id. ``n`` leaves the list and the new node goes last, so the preferred leader is one of the vgroup's
-  current replicas (the first of the others) whenever it has others. Refused (:class:`PlanRefused`, the message
-  says which vgroup and why) when a vgroup on ``n`` has one copy (its data cannot move: decommissioning would lose
-  it) or when no other live node can take the replica (every live node holds it already).
+  current replicas (the first of the others) whenever it has others. Refused (a :class:`PlanRefused`, whose
+  message says which vgroup and why) when a vgroup on ``n`` has one copy (:class:`LastCopy`: its data cannot move,
+  decommissioning would lose it) or when no other live node can take the replica (:class:`NoNodeLeft`: every live
+  node holds it already).
 * :func:`balance`: moves one replica at a time from the node holding the most replicas to the one holding the
   fewest, until no two live nodes' counts differ by more than one (or no movable vgroup allows a move): each move
   lowers the spread, so a balanced input yields no move at all. Of the vgroups on the fuller node that the emptier
