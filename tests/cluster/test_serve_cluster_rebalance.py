@@ -10,14 +10,15 @@ of replication factor 2, ``DROP DNODE`` of one of its nodes (and ``walgate clust
 needing a move to another node, not served until the catalog re-places replicas (docs/cluster.md, "Moving
 replicas"). No node logged a traceback.
 
-The decommission itself (``walgate cluster decommission N --wait``: node N's replica moved to the third node, which
-catches up, then N holds nothing) is :func:`test_decommission_moves_every_replica_off_the_node`, expected to fail
-(strict) until that lands."""
+The decommission itself, issue 26's "decommission of a node of a 4-node RF=3 cluster under load"
+(:func:`test_decommission_moves_every_replica_off_the_node`), is expected to fail (strict) until that lands."""
 
 from __future__ import annotations
 
 import json
 import subprocess
+import threading
+import time
 import urllib.error
 import urllib.request
 from contextlib import ExitStack
@@ -25,10 +26,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import NewTopic
 from etcd_cluster import EtcdCluster
-from serve_support import create_topics, eventually, no_traceback, produce_to, sql
-from test_serve_cluster_replicated_topics import described, three_nodes
+from serve_support import create_topics, eventually, no_traceback, node, sql
+from test_serve_cluster_replicated_topics import ARGS, described, three_nodes
 
 from livewalgate import WALGATE, WalgateServer, walgate_env
 
@@ -104,21 +106,73 @@ def test_statements_within_the_placed_nodes_and_their_refusals(etcd1: EtcdCluste
             no_traceback(server)
 
 
+def read_all(port: int, topic: str, count: int) -> list[bytes]:
+    """At least ``count`` values of ``topic``'s partition 0 read from its beginning through the node at ``port``
+    (fewer after 60 s)."""
+    consumer = Consumer({"bootstrap.servers": f"127.0.0.1:{port}", "group.id": "reader", "enable.auto.commit": False})
+    try:
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        got: list[bytes] = []
+        deadline = time.monotonic() + 60
+        while len(got) < count and time.monotonic() < deadline:
+            msg = consumer.poll(1.0)
+            if msg is not None and msg.error() is None:
+                got.append(msg.value())
+        return got
+    finally:
+        consumer.close()
+
+
 @pytest.mark.xfail(strict=True, reason="a replica cannot be added on a node not holding its vgroup until the "
                                        "catalog record re-placing replicas (p26m, issue 26) is merged")
 def test_decommission_moves_every_replica_off_the_node(etcd1: EtcdCluster, tmp_path: Path) -> None:
+    """Issue 26's decommission of a node of a 4-node RF=3 cluster under load: an idempotent acks=all producer
+    (bootstrapped on the nodes staying) writes throughout ``walgate cluster decommission N --wait``; the node's
+    replica moves to the fourth node, which catches up, and every acknowledged value is read back in order."""
     with ExitStack() as stack:
         n1, n2, n3 = three_nodes(stack, etcd1, tmp_path, *OFFSETS_ONE_COPY)
-        create_topics(f"127.0.0.1:{n1.kafka_port}", NewTopic("two", 1, 2))
-        eventually("two in sync", lambda: len(described(n2, "two")[0][2]) == 2)
-        values = [f"v{i}".encode() for i in range(20)]
-        produce_to(n1.kafka_port, "two", {0: values})
-        replicas = described(n2, "two")[0][1]
-        gone = max(replicas)
-        done = decommission(n1, str(gone), "--wait", "--wait-timeout", "60", "--json")
+        n4 = stack.enter_context(node(etcd1, tmp_path, 4, *ARGS, *OFFSETS_ONE_COPY))
+        nodes = [n1, n2, n3, n4]
+        eventually("four ready nodes", lambda: [r[2] for r in sql(n1, "SHOW DNODES")] == ["ready"] * 4)
+        create_topics(f"127.0.0.1:{n1.kafka_port}", NewTopic("three", 1, 3, config={"min.insync.replicas": "2"}))
+        eventually("three in sync", lambda: len(described(n2, "three")[0][2]) == 3)
+        replicas = described(n2, "three")[0][1]
+        gone = max(replicas)  # (not node 1, which holds __consumer_offsets' one copy)
+        staying = [s for i, s in enumerate(nodes, 1) if i != gone]
+        acked: list[bytes] = []
+        errors: list[Any] = []
+        stop = threading.Event()
+
+        def load() -> None:
+            producer = Producer({"bootstrap.servers": ",".join(f"127.0.0.1:{s.kafka_port}" for s in staying),
+                                 "enable.idempotence": True, "acks": "all", "message.timeout.ms": 60000})
+
+            def report(err: Any, msg: Any) -> None:
+                if err is not None:
+                    errors.append(err)
+                else:
+                    acked.append(msg.value())
+
+            i = 0
+            while not stop.is_set():
+                producer.produce("three", f"v{i}".encode(), partition=0, on_delivery=report)
+                producer.poll(0.01)
+                i += 1
+            producer.flush(60)
+
+        writer = threading.Thread(target=load, name="load")
+        writer.start()
+        try:
+            eventually("some writes", lambda: len(acked) > 50)
+            done = decommission(staying[0], str(gone), "--wait", "--wait-timeout", "90", "--json")
+        finally:
+            stop.set()
+            writer.join(90)
         assert done.returncode == 0, done.stderr
         assert json.loads(done.stdout) == {"statement": f"DROP DNODE {gone}", "vgroups_moving": 1, "done": True}
-        leader, now, isr = described(n2, "two")[0]
-        assert gone not in now and len(now) == 2 and sorted(isr) == sorted(now)
-        for server in (n1, n2, n3):
+        _, now, isr = described(n1, "three")[0]
+        assert gone not in now and len(now) == 3 and sorted(isr) == sorted(now)
+        assert errors == []
+        assert read_all(staying[0].kafka_port, "three", len(acked)) == acked
+        for server in nodes:
             no_traceback(server)
