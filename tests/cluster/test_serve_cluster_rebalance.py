@@ -32,7 +32,7 @@ from etcd_cluster import EtcdCluster
 from serve_support import create_topics, eventually, no_traceback, node, sql
 from test_serve_cluster_replicated_topics import ARGS, described, three_nodes
 
-from livewalgate import WALGATE, WalgateServer, walgate_env
+from livewalgate import WALGATE, WalgateServer, stop_process, walgate_env
 
 OFFSETS_ONE_COPY = ("--override", "offsets.topic.replication.factor=1")
 """__consumer_offsets on one node (the first): it does not fill every node, so one can be decommissioned."""
@@ -127,15 +127,17 @@ def read_all(port: int, topic: str, count: int) -> list[bytes]:
                                        "catalog record re-placing replicas (p26m, issue 26) is merged")
 def test_decommission_moves_every_replica_off_the_node(etcd1: EtcdCluster, tmp_path: Path) -> None:
     """Issue 26's decommission of a node of a 4-node RF=3 cluster under load: an idempotent acks=all producer
-    (bootstrapped on the nodes staying) writes throughout ``walgate cluster decommission N --wait``; the node's
-    replica moves to the fourth node, which catches up, and every acknowledged value is read back in order."""
+    (bootstrapped on the nodes staying) writes to partition 0 throughout ``walgate cluster decommission N --wait``;
+    the node's replicas move to the node that held none of them, which catches up, and every acknowledged value is
+    read back in order. Then the node is stopped, a fifth node joins and ``walgate cluster rebalance --wait`` moves
+    a replica onto it (issue 26's "adding a node and rebalancing vgroups onto it"), which serves every value too."""
     with ExitStack() as stack:
         n1, n2, n3 = three_nodes(stack, etcd1, tmp_path, *OFFSETS_ONE_COPY)
         n4 = stack.enter_context(node(etcd1, tmp_path, 4, *ARGS, *OFFSETS_ONE_COPY))
         nodes = [n1, n2, n3, n4]
         eventually("four ready nodes", lambda: [r[2] for r in sql(n1, "SHOW DNODES")] == ["ready"] * 4)
-        create_topics(f"127.0.0.1:{n1.kafka_port}", NewTopic("three", 1, 3, config={"min.insync.replicas": "2"}))
-        eventually("three in sync", lambda: len(described(n2, "three")[0][2]) == 3)
+        create_topics(f"127.0.0.1:{n1.kafka_port}", NewTopic("three", 2, 3, config={"min.insync.replicas": "2"}))
+        eventually("three in sync", lambda: all(len(p[2]) == 3 for p in described(n2, "three").values()))
         replicas = described(n2, "three")[0][1]
         gone = max(replicas)  # (not node 1, which holds __consumer_offsets' one copy)
         staying = [s for i, s in enumerate(nodes, 1) if i != gone]
@@ -169,10 +171,22 @@ def test_decommission_moves_every_replica_off_the_node(etcd1: EtcdCluster, tmp_p
             stop.set()
             writer.join(90)
         assert done.returncode == 0, done.stderr
-        assert json.loads(done.stdout) == {"statement": f"DROP DNODE {gone}", "vgroups_moving": 1, "done": True}
-        _, now, isr = described(n1, "three")[0]
-        assert gone not in now and len(now) == 3 and sorted(isr) == sorted(now)
+        report = json.loads(done.stdout)
+        assert report["statement"] == f"DROP DNODE {gone}" and report["vgroups_moving"] >= 1 and report["done"]
+        for _, now, isr in described(n1, "three").values():
+            assert gone not in now and len(now) == 3 and sorted(isr) == sorted(now)
         assert errors == []
         assert read_all(staying[0].kafka_port, "three", len(acked)) == acked
-        for server in nodes:
+
+        stop_process(nodes[gone - 1].proc)  # (the operator stops it once it holds nothing)
+        n5 = stack.enter_context(node(etcd1, tmp_path, 5, *ARGS, *OFFSETS_ONE_COPY))
+        eventually("node 5 ready", lambda: [5, "ready"] in [[r[0], r[2]] for r in sql(n1, "SHOW DNODES")])
+        balanced = subprocess.run([*WALGATE, "cluster", "rebalance", "--wait", "--wait-timeout", "90", "--json",
+                                   "--url", n1.http_url], check=False, capture_output=True, text=True, timeout=120,
+                                  env=walgate_env())
+        assert balanced.returncode == 0, balanced.stderr
+        assert json.loads(balanced.stdout)["vgroups_moving"] >= 1
+        eventually("node 5 in sync", lambda: any(5 in p[2] for p in described(n1, "three").values()))
+        assert read_all(n5.kafka_port, "three", len(acked)) == acked
+        for server in [*staying, n5]:
             no_traceback(server)
