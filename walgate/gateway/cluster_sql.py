@@ -7,8 +7,9 @@ wrote the states; the moves then complete as their new replicas catch up (``walg
   vgroup numbers are per database: ``SHOW VGROUPS``) moved to those nodes, the first the preferred leader; as many
   as the vgroup has replicas (TDengine's rule: "Invalid vgroup replica" otherwise).
 * ``BALANCE VGROUP``: the replicas evened out over the live nodes, then the preferred leaderships
-  (:func:`walgate.replication.rebalance.balance`); ``BALANCE VGROUP LEADER``: each replicated vgroup whose preferred
-  replica does not lead elects it (as ``walgate cluster elect --preferred``); the answer counts those elected.
+  (:func:`walgate.replication.rebalance.balance`); ``BALANCE VGROUP LEADER``: each replicated vgroup's preferred
+  replica elected where it is in sync and does not lead (as ``walgate cluster elect --preferred``); the answer counts
+  those elected.
 * ``DROP DNODE N``: every replica on node ``N`` moved to another live node
   (:func:`walgate.replication.rebalance.decommission`); the node is not removed: stop it once it holds nothing
   (``walgate cluster decommission N --wait`` waits for that).
@@ -62,7 +63,8 @@ NOT_PLACED_YET = ("adding a replica on a node the catalog does not place the vgr
 
 
 class MoveRefused(StorageError):
-    """A move statement refused with TDengine's ``code`` (module docstring); nothing was asked of the controller."""
+    """A move statement refused with TDengine's ``code`` (module docstring): before the controller was asked, or for
+    the partitions the controller refused (the others it was asked with stand)."""
 
     def __init__(self, code: int, message: str) -> None:
         super().__init__(message)
@@ -176,13 +178,15 @@ def check_placed(stmt: ast.Statement, plan: Mapping[PartitionId, tuple[int, ...]
 
 
 async def _elect_preferred(member: ClusterMember, known: Vgroups) -> Result:
-    """``BALANCE VGROUP LEADER``: a preferred election of every replicated vgroup (those whose preferred replica
-    leads already answer ELECTION_NOT_NEEDED); the count of those elected."""
+    """``BALANCE VGROUP LEADER``: a preferred election of every replicated vgroup, as far as it goes (those whose
+    preferred replica leads already, is not in sync, or has no partition state yet are passed over); the count of
+    those elected."""
     partitions = tuple(k for k, h in known.holdings.items() if h.movable)
     if not partitions:
         return affected(0)
     answers = await _ask(member, ElectionRequest(ElectionType.PREFERRED, partitions), "elections", known,
-                         fine=(ErrorCode.election_not_needed, ErrorCode.preferred_leader_not_available))
+                         fine=(ErrorCode.election_not_needed, ErrorCode.preferred_leader_not_available,
+                               ErrorCode.unknown_topic_or_partition))
     return affected(sum(code == ErrorCode.none for code in answers.values()))
 
 
