@@ -105,7 +105,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from walgate.cluster.model import ControlPlaneError
 from walgate.coordinator.share_coordinator import ShareCoordinator
-from walgate.gateway import coordinator_sql
+from walgate.gateway import cluster_sql, coordinator_sql
 from walgate.gateway.audit import audit, sql_change
 from walgate.gateway.cluster_member import ClusterMember
 from walgate.gateway.console import add_console
@@ -227,6 +227,7 @@ _LISTENERS: web.AppKey[Callable[[], dict[str, bool]]] = web.AppKey("listeners")
 _CLUSTER: web.AppKey[Callable[[], str | None]] = web.AppKey("cluster")
 _SHARED: web.AppKey[Callable[[], SharedCatalog | None]] = web.AppKey("shared")
 _REPLICAS: web.AppKey[Callable[[], ReplicaManager | None]] = web.AppKey("replicas")
+_MEMBER: web.AppKey[Callable[[], ClusterMember | None]] = web.AppKey("member")
 ACK_TIMEOUT_S = 30.0
 """How long an SQL, line-protocol or CSV write waits for the in-sync replicas (Kafka's ``request.timeout.ms``)."""
 _AUTHORIZER = web.AppKey("authorizer", Authorizer)
@@ -294,6 +295,8 @@ def make_app(
         app[_SHARED] = shared
     if replicas is not None:
         app[_REPLICAS] = replicas
+    if member is not None:
+        app[_MEMBER] = member  # REDISTRIBUTE / BALANCE VGROUP, DROP DNODE (cluster_sql)
     app.router.add_get("/readyz", _readyz)
     if metrics is not None:
         app[_METRICS] = metrics
@@ -358,7 +361,12 @@ async def _statement(request: web.Request, appended: list[LedAppend]) -> web.Str
             stmt = await asyncio.to_thread(parse, sql)
         if isinstance(stmt, ast.Select) or (forwarded is not None and isinstance(stmt, ast.Show)):
             return await _read(request, authorizer, principal, host, stmt, db, forwarded)
-        if _GROUPS in app and coordinator_sql.on_coordinator_lane(stmt):  # never the storage lane waiting for it
+        if cluster_sql.moves_replicas(stmt):  # asked of the controller, from the event loop
+            if authorizer is not None:
+                check(authorizer, principal, host, stmt, db)
+            result = await cluster_sql.run(stmt, engine, app[_STORAGE], app[_MEMBER]() if _MEMBER in app else None,
+                                           app[_REPLICAS]() if _REPLICAS in app else None, db)
+        elif _GROUPS in app and coordinator_sql.on_coordinator_lane(stmt):  # never the storage lane waiting for it
             if authorizer is not None:
                 check(authorizer, principal, host, stmt, db)
             result = await coordinator_sql.run(stmt, engine, app[_GROUPS], app[_STORAGE])
