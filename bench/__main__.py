@@ -26,6 +26,7 @@ try:
         latency,
         memory,
         produce,
+        reassign,
         replicated,
         rolling,
         shares,
@@ -43,7 +44,7 @@ SCENARIOS = {"ingest": ingest.run, "consume": consume.run, "produce": produce.ru
              "cleaner": cleaner.run, "transactions": transactions.run,
              "stalls": stalls.run, "shares": shares.run, "subtables": subtables.run,
              "cluster": cluster.run, "replicated": replicated.run,
-             "rolling": rolling.run}
+             "rolling": rolling.run, "reassign": reassign.run}
 
 
 def machine() -> str:

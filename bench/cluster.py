@@ -42,6 +42,7 @@ import random
 import resource
 import statistics
 import tempfile
+import threading
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -242,6 +243,18 @@ def delivered(p: Producer, topic: str, partition: int, value: bytes) -> None:
     p.produce(topic, value, partition=partition, on_delivery=lambda err, msg: err and errors.append(err))
     if p.flush(30) != 0 or errors:
         raise RuntimeError(f"produce to {topic}[{partition}] failed: {errors or 'not answered within 30 s'}")
+
+
+def sends(producer: Producer, topic: str, partitions: int, until: threading.Event | float) -> list[float]:
+    """The seconds of each acknowledged 100-byte send (one at a time, ``topic``'s partitions in turn) until ``until``
+    is set (an event) or passed (a time.perf_counter() deadline)."""
+    out: list[float] = []
+    done = until.is_set if isinstance(until, threading.Event) else lambda: time.perf_counter() >= until
+    while not done():
+        begin = time.perf_counter()
+        delivered(producer, topic, len(out) % partitions, b"x" * 100)
+        out.append(time.perf_counter() - begin)
+    return out
 
 
 def interleaved(samples: int, *ops: Callable[[], object]) -> list[list[float]]:

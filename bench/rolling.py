@@ -33,7 +33,7 @@ import urllib.request
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from bench.cluster import cluster, delivered, quantile
+from bench.cluster import cluster, delivered, quantile, sends
 from bench.report import Row
 from walgate.gateway.cluster_up import STOP_TIMEOUT_S, LocalCluster, Node
 
@@ -77,18 +77,6 @@ def _ok(url: str) -> bool:
         return False
 
 
-def _sends(producer: Producer, until: threading.Event | float) -> list[float]:
-    """The seconds of each acknowledged send (one at a time, partitions in turn) until ``until`` is set (an event)
-    or passed (a time.perf_counter() deadline)."""
-    out: list[float] = []
-    done = until.is_set if isinstance(until, threading.Event) else lambda: time.perf_counter() >= until
-    while not done():
-        begin = time.perf_counter()
-        delivered(producer, TOPIC, len(out) % PARTITIONS, b"x" * 100)
-        out.append(time.perf_counter() - begin)
-    return out
-
-
 def run(*, quick: bool, repeat: int) -> list[Row]:
     """The rows of the module docstring (``repeat`` is not used: one roll)."""
     with cluster(3, *ENABLED) as running:
@@ -101,7 +89,7 @@ def run(*, quick: bool, repeat: int) -> list[Row]:
         for p in range(PARTITIONS * 10):  # connected, the leaders known and their ISR full before the samples
             delivered(producer, TOPIC, p % PARTITIONS, b"warm")
         half = (3.0 if quick else STEADY_S) / 2
-        steady = _sends(producer, time.perf_counter() + half)
+        steady = sends(producer, TOPIC, PARTITIONS, time.perf_counter() + half)
         rolled = threading.Event()
         took: list[tuple[float, float, float]] = []
         failed: list[BaseException] = []
@@ -117,12 +105,12 @@ def run(*, quick: bool, repeat: int) -> list[Row]:
         roller = threading.Thread(target=roll, name="rolling-restart")
         begin = time.perf_counter()
         roller.start()
-        during = _sends(producer, rolled)
+        during = sends(producer, TOPIC, PARTITIONS, rolled)
         total = time.perf_counter() - begin
         roller.join()
         if failed:
             raise failed[0]
-        steady += _sends(producer, time.perf_counter() + half)
+        steady += sends(producer, TOPIC, PARTITIONS, time.perf_counter() + half)
     print(f"bench: rolling restart of 3 nodes in {total:.2f} s; (hand-over, start, catch-up) s per node: "
           f"{[tuple(round(t, 2) for t in times) for times in took]}; {len(steady)} sends at steady state, "
           f"{len(during)} during", flush=True)

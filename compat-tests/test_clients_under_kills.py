@@ -61,8 +61,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 sys.path[:0] = [str(Path(__file__).parents[1] / "tests" / d) for d in ("cluster", "jepsen")]
 from etcd_cluster import etcd_cluster  # noqa: E402
 from history import Assign, FinalRead, Op, Poll, Send, Write, check  # noqa: E402
-from replicated_workload import Nodes, wait_until  # noqa: E402
-from serve_support import readyz, sql  # noqa: E402
+from replicated_workload import Nodes, ready_nodes, wait_until  # noqa: E402
+from serve_support import readyz  # noqa: E402
 
 PARTITIONS = 3
 NODES = (1, 2, 3)
@@ -84,22 +84,10 @@ CODEC = "none"
 
 @pytest.fixture(scope="module")
 def nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Nodes]:
-    """Nodes 1-3 (replicated, 2 s lease), every one ready; at the end no traceback in any incarnation's log."""
+    """Nodes 1-3 (replicated, 2 s lease), every one ready (:func:`replicated_workload.ready_nodes`)."""
     workdir = tmp_path_factory.mktemp("kills")
-    with etcd_cluster(workdir / "etcd", 1) as etcd:
-        cluster = Nodes(etcd, workdir)
-        try:
-            cluster.start_all(NODES)
-            wait_until("every node ready", lambda: all(readyz(cluster.servers[i]).get("status") == "ready"
-                                                       for i in NODES))
-            # (ready is not yet registered: placing factor 3 then answers INVALID_REPLICATION_FACTOR)
-            wait_until("every node listed ready", lambda: [row[2] for row in sql(cluster.servers[1], "SHOW DNODES")]
-                       == ["ready"] * len(NODES))
-            yield cluster
-        finally:
-            cluster.close()
-    for log in cluster.logs():
-        assert "Traceback" not in log.read_text(), f"{log}:\n{log.read_text()[-3000:]}"
+    with etcd_cluster(workdir / "etcd", 1) as etcd, ready_nodes(etcd, workdir) as cluster:
+        yield cluster
 
 
 def partitions_of(nodes: Nodes, topic: str) -> dict[int, tuple[int, list[int]]]:

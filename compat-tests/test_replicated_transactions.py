@@ -37,8 +37,8 @@ from confluent_kafka.admin import NewTopic
 
 sys.path[:0] = [str(Path(__file__).parents[1] / "tests" / d) for d in ("cluster", "jepsen")]
 from etcd_cluster import etcd_cluster  # noqa: E402
-from replicated_workload import Nodes, wait_until  # noqa: E402
-from serve_support import create_topics, readyz, sql  # noqa: E402
+from replicated_workload import Nodes, ready_nodes, wait_until  # noqa: E402
+from serve_support import create_topics, readyz  # noqa: E402
 from test_replicated_txn_coordinator import coordinator, read_committed  # noqa: E402
 
 NODES = (1, 2, 3)
@@ -53,21 +53,10 @@ RUN_S = 120 * ROUNDS  # the application's own deadline
 
 @pytest.fixture(scope="module")
 def nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Nodes]:
-    """Nodes 1-3 (replicated, 2 s lease), every one ready; at the end no traceback in any incarnation's log."""
+    """Nodes 1-3 (replicated, 2 s lease), every one ready (:func:`replicated_workload.ready_nodes`)."""
     workdir = tmp_path_factory.mktemp("txn-kills")
-    with etcd_cluster(workdir / "etcd", 1) as etcd:
-        cluster = Nodes(etcd, workdir)
-        try:
-            cluster.start_all(NODES)
-            wait_until("every node ready", lambda: all(readyz(cluster.servers[i]).get("status") == "ready"
-                                                       for i in NODES))
-            wait_until("every node listed ready", lambda: [row[2] for row in sql(cluster.servers[1], "SHOW DNODES")]
-                       == ["ready"] * len(NODES))
-            yield cluster
-        finally:
-            cluster.close()
-    for log in cluster.logs():
-        assert "Traceback" not in log.read_text(), f"{log}:\n{log.read_text()[-3000:]}"
+    with etcd_cluster(workdir / "etcd", 1) as etcd, ready_nodes(etcd, workdir) as cluster:
+        yield cluster
 
 
 def kill_coordinator(nodes: Nodes, transactional_id: str) -> int:

@@ -37,17 +37,20 @@ import org.apache.kafka.common.serialization.StringSerializer;
 public class ExactlyOnceLoop {
     static String bootstrap, tid;
 
-    static KafkaProducer<String, String> producer() {
+    /** Client properties: {@code bootstrap.servers} and the name-value pairs {@code settings}. */
+    static Properties properties(String... settings) {
         Properties p = new Properties();
         p.put("bootstrap.servers", bootstrap);
-        p.put("transactional.id", tid);
-        p.put("transaction.timeout.ms", "20000");
-        p.put("max.block.ms", "20000");
-        p.put("delivery.timeout.ms", "30000");
-        p.put("request.timeout.ms", "10000");
-        p.put("key.serializer", StringSerializer.class.getName());
-        p.put("value.serializer", StringSerializer.class.getName());
-        KafkaProducer<String, String> producer = new KafkaProducer<>(p);
+        for (int i = 0; i < settings.length; i += 2) p.put(settings[i], settings[i + 1]);
+        return p;
+    }
+
+    static KafkaProducer<String, String> producer() {
+        KafkaProducer<String, String> producer = new KafkaProducer<>(properties(
+                "transactional.id", tid, "transaction.timeout.ms", "20000", "max.block.ms", "20000",
+                "delivery.timeout.ms", "30000", "request.timeout.ms", "10000",
+                "key.serializer", StringSerializer.class.getName(),
+                "value.serializer", StringSerializer.class.getName()));
         try {
             producer.initTransactions();
         } catch (RuntimeException e) {
@@ -92,15 +95,10 @@ public class ExactlyOnceLoop {
         tid = argv[4];
         long count = Long.parseLong(argv[5]), paceMs = Long.parseLong(argv[6]);
         long deadline = System.currentTimeMillis() + 1000 * Long.parseLong(argv[7]);
-        Properties c = new Properties();
-        c.put("bootstrap.servers", bootstrap);
-        c.put("group.id", group);
-        c.put("isolation.level", "read_committed");
-        c.put("enable.auto.commit", "false");
-        c.put("auto.offset.reset", "earliest");
-        c.put("max.poll.records", "10");
-        c.put("key.deserializer", StringDeserializer.class.getName());
-        c.put("value.deserializer", StringDeserializer.class.getName());
+        Properties c = properties("group.id", group, "isolation.level", "read_committed",
+                "enable.auto.commit", "false", "auto.offset.reset", "earliest", "max.poll.records", "10",
+                "key.deserializer", StringDeserializer.class.getName(),
+                "value.deserializer", StringDeserializer.class.getName());
         int transactions = 0, recoveries = 0;
         KafkaProducer<String, String> producer = null;
         try (KafkaConsumer<String, String> consumer = new KafkaConsumer<>(c)) {

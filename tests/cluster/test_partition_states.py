@@ -21,6 +21,7 @@ from cluster_support import KEYS, Node, create_states, eventually, within
 from etcd_cluster import EtcdCluster, etcd_cluster
 from event_process import EventProcess
 
+from tests.replication.reached_states import reached_state
 from walgate.cluster.etcd import tx
 from walgate.cluster.model import ControlPlaneUnavailable, NotController
 from walgate.cluster.partition_codec import (
@@ -43,34 +44,15 @@ from walgate.replication.partition import (
     AlterIsr,
     IsrMember,
     PartitionState,
-    alter_partition,
     initial_state,
-    reconcile,
 )
 from walgate.wire.errors import ErrorCode
-
-
-def _random_state(rng: random.Random) -> PartitionState:
-    """A state the rules reach: an initial state, then random registrations, fencing, elections and ISR changes."""
-    nodes = rng.sample(range(1, 9), rng.randint(1, 5))
-    epochs = {n: rng.randint(1, 50) for n in nodes}
-    state = initial_state(tuple(nodes), {n: e for n, e in epochs.items() if rng.random() < 0.8},
-                          rng.randint(1, len(nodes)), rng.random() < 0.3)
-    for _ in range(rng.randint(0, 6)):
-        live = {n: epochs[n] + (rng.random() < 0.2) for n in nodes if rng.random() < 0.7}
-        mine = tuple(m for m in state.isr if m.replica == state.leader)
-        joiners = tuple(IsrMember(n, e) for n, e in live.items() if n != state.leader and n in state.replicas)
-        new = reconcile(state, live) if rng.random() < 0.6 else alter_partition(state, AlterIsr(
-            state.leader, state.leader_epoch, state.partition_epoch, tuple(sorted(mine + joiners)),
-            mine[0].broker_epoch if mine else 0), live)
-        state = new if isinstance(new, PartitionState) else state
-    return state
 
 
 def test_the_codec_round_trips_and_refuses_damage_clearly() -> None:
     rng = random.Random(25)
     for _ in range(150):
-        state = _random_state(rng)
+        state, _, _ = reached_state(rng)
         value = encode_state(state)
         assert decode_state(value, state.partition_epoch) == state
         for cut in range(len(value)):  # truncation: damaged or (never here) another valid state, nothing else

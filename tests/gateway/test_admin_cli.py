@@ -319,6 +319,21 @@ def test_cluster_reassign_on_a_single_node_refuses_one_copy_partitions(server: W
     bad_usage(walgate(server, "cluster", "reassign", "-p", "moves:1,2"), "expected TOPIC/PARTITION:R1,R2,...")
 
 
+def test_cluster_decommission_and_rebalance_on_a_single_node_are_refused(server: WalgateServer) -> None:
+    """``walgate cluster decommission N`` and ``rebalance [--leaders]`` (DROP DNODE, BALANCE VGROUP [LEADER] through
+    the node's HTTP API): a single node is not a cluster, refused with exit 1 and the node's reason; a node id that
+    is not a number is a usage error. (Moves that happen: tests/cluster/test_serve_cluster_rebalance.py.)"""
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*WALGATE, "cluster", *args, "--url", server.http_url], check=False, capture_output=True,
+                              text=True, timeout=CLI_TIMEOUT, env=walgate_env())
+
+    fails(run("decommission", "0", "--wait"), 1, "DROP DNODE 0 refused: DROP DNODE 0 moves replicas between the "
+          "nodes of a cluster: this node is a single node")
+    fails(run("rebalance", "--json"), 1, "BALANCE VGROUP refused:")
+    fails(run("rebalance", "--leaders"), 1, "BALANCE VGROUP LEADER refused: BALANCE VGROUP moves replicas")
+    bad_usage(run("decommission", "n1"), "invalid int value: 'n1'")
+
+
 def walgate_at(bootstrap: str, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*WALGATE, *args, "--bootstrap-server", bootstrap, "--timeout", "10"], check=False,
                           input=stdin, capture_output=True, text=True, timeout=CLI_TIMEOUT, env=walgate_env())

@@ -45,7 +45,7 @@ from walgate.gateway import answer_spool, http_api, query_workers
 from walgate.gateway.answer_spool import CHUNK_BYTES, CHUNK_ROWS, AnswersBudget, Spool, write_answer
 from walgate.gateway.query_workers import SPOOL_PREFIX, spool_dir
 from walgate.gateway.server import Gateway
-from walgate.gateway.sql_forward import SCAN, Caller, PartsBudget, select_here
+from walgate.gateway.sql_forward import Caller, PartsBudget, SelectPart, select_here
 from walgate.storage.cancel import Cancel
 from walgate.storage.errors import LimitExceeded, QueryCancelled, StorageUnavailable
 from walgate.storage.result import Result
@@ -317,7 +317,7 @@ async def test_a_merging_node_takes_a_part_cut_short_for_no_answer(monkeypatch: 
     try:
         port = runner.addresses[0][1]
         status, answered = await select_here(2, f"http://127.0.0.1:{port}", "/rest/sql", b"SELECT 1", 1,
-                                             Caller("root", "127.0.0.1", "token"), 30, SCAN, PartsBudget(1 << 20))
+                                             Caller("root", "127.0.0.1", "token"), 30, SelectPart(scan=True), PartsBudget(1 << 20))
     finally:
         await runner.cleanup()
     assert status == 503 and isinstance(answered, dict) and "gave no answer" in answered["desc"], answered

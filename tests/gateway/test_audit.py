@@ -49,6 +49,9 @@ def test_which_statements_are_audited() -> None:
     assert sql_change("  create   database power VGROUPS 2") == "CREATE DATABASE"
     assert sql_change("DROP CONSUMER  GROUP g ON t") == "DROP CONSUMER GROUP"
     assert sql_change("ALTER USER x PASS 'y'") == "ALTER USER"
+    assert sql_change("drop dnode 3") == "DROP DNODE"
+    assert sql_change("REDISTRIBUTE VGROUP 2 DNODE 1") == "REDISTRIBUTE VGROUP"
+    assert sql_change("BALANCE VGROUP LEADER") == "BALANCE VGROUP"
     assert sql_change("GRANT READ ON power.* TO alice") == "GRANT"
     for query in ("SELECT * FROM power.meters", "INSERT INTO power.d1 VALUES (now, 1)", "SHOW DATABASES", "USE power",
                   "CREATED", ""):

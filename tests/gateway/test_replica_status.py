@@ -37,6 +37,7 @@ from walgate.gateway.replica_status import (
     replicas_check,
     replication_metrics,
 )
+from walgate.gateway.replication_traffic import TrafficCounts
 from walgate.replication.partition import NO_LEADER, IsrMember, PartitionState
 
 __all__ = ["etcd"]  # (the fixture, imported)
@@ -173,6 +174,20 @@ def test_a_move_in_progress_is_counted_and_its_adding_replicas_are_not_under_rep
     samples = _samples(_render(c))
     assert value(samples, RM + "reassigningpartitions") == 2 and value(samples, RM + "underreplicatedpartitions") == 1
     assert value(samples, "kafka_cluster_partition_underreplicated", database=DB, vgroup="0") == 0
+
+
+def test_the_completed_moves_and_the_replication_traffic_are_counted() -> None:
+    whole = _state(1, {1: 10, 2: 20, 3: 30})
+    c = ReplicaCensus(1, 10, True, {PID: whole}, {PID: (DB, whole)}, [], {1: 10, 2: 20, 3: 30}, 0, 0, True,
+                      moves_completed=3, traffic=TrafficCounts(700, 500, 400, 200), byte_rates=(1234.5, 6.0))
+    samples = _samples(_render(c))
+    assert value(samples, "walgate_controller_reassignments_completed_total") == 3
+    bt = "kafka_server_brokertopicmetrics_"
+    assert [value(samples, bt + k + "_total") for k in ("replicationbytesout", "replicationbytesin",
+                                                        "reassignmentbytesout", "reassignmentbytesin")] == [
+        700, 500, 400, 200]
+    assert value(samples, "kafka_server_leaderreplication_byte_rate") == 1234.5
+    assert value(samples, "kafka_server_followerreplication_byte_rate") == 6.0
 
 
 class _Census(Collector):

@@ -48,7 +48,7 @@ from tests.gateway.test_wal_fetch import PARTITION, REQUEST, SESSION_MS, STABLE,
 from walgate.cluster.etcd import tx
 from walgate.cluster.model import ControlPlaneRefused, ControlPlaneUnavailable
 from walgate.cluster.partition_codec import PartitionId, encode_state, partition_key
-from walgate.cluster.partition_states import PartitionStates
+from walgate.cluster.partition_states import AlterOutcome, PartitionStates
 from walgate.gateway.cluster_member import ClusterMember
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.groups import GroupService
@@ -666,6 +666,78 @@ async def test_an_isr_change_the_control_plane_could_not_take_is_proposed_again(
         leader = await t.nodes[1].wal()
         await t.insert(1, 1)  # the HW no longer waits on node 3
         await until(lambda: _is(leader.visible_version == leader.next_version), "the HW passes without node 3")
+
+
+def _fenced_once(monkeypatch: pytest.MonkeyPatch, manager: ReplicaManager) -> list[Any]:
+    """``manager``'s next ISR change refused STALE_BROKER_EPOCH, as while its registration was gone (its lease
+    lapsed under load); the list gets the state it was proposed from."""
+    alter_isr = manager.states.alter_isr
+    fenced: list[Any] = []
+
+    async def stale_once(known: Any, *args: Any) -> Any:
+        if not fenced:
+            fenced.append(known)
+            return AlterOutcome(known, ErrorCode.stale_broker_epoch)
+        return await alter_isr(known, *args)
+    monkeypatch.setattr(manager.states, "alter_isr", stale_once)
+    return fenced
+
+
+async def test_a_leader_an_isr_change_found_fenced_leads_again_while_etcd_still_names_it(
+        etcd: EtcdCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A leader whose lease lapsed and was made again before the controller read the membership (no controller
+    here): its ISR change was refused STALE_BROKER_EPOCH, so it stopped leading, but nobody was elected and the
+    state in etcd still names it. It leads again in that epoch once it holds its lease, as after a restart; else
+    the partition would stay without a leader (seen by the Jepsen group coordinator tests under load)."""
+    async with trio(etcd, tmp_path, monkeypatch) as t:
+        await t.started()
+        await t.insert(1, 0)
+        await t.caught_up(2, 3)
+        manager = t.nodes[1].manager
+        assert manager is not None
+        fenced = _fenced_once(monkeypatch, manager)
+        await t.stop(3)  # an ISR change to propose
+        await until(lambda: _is(bool(fenced)), "the ISR change refused as fenced")
+        await until(lambda: t.isr_is({1, 2}), "node 1 leads again in its epoch and shrinks the ISR")
+        assert [led.view.leader_epoch for led in manager.led.values()] == [fenced[0].leader_epoch]
+        await t.insert(1, 1)
+
+
+async def test_a_fenced_leader_whose_watch_lags_never_leads_the_epoch_it_cached(
+        etcd: EtcdCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same, but another node was elected meanwhile and node 1's watch has not delivered it yet (node 1 cut
+    off, then healed: the jepsen `test_leader_isolated_from_nodes_and_etcd` case): the state node 1 cached still
+    names it leader of the old epoch, etcd does not. It must not lead that epoch again: it waits for the watch and
+    follows the new leader."""
+    async with trio(etcd, tmp_path, monkeypatch) as t:
+        await t.started()
+        await t.insert(1, 0)
+        await t.caught_up(2, 3)
+        manager = t.nodes[1].manager
+        assert manager is not None
+        fenced = _fenced_once(monkeypatch, manager)
+        held: list[tuple[Any, Any]] = []
+        seen = manager.states._seen
+        monkeypatch.setattr(manager.states, "_seen", lambda event, on_change: held.append((event, on_change)))
+        read, reads = manager.states.read, []
+
+        async def counted(pid: PartitionId) -> Any:
+            reads.append(await read(pid))
+            return reads[-1]
+        monkeypatch.setattr(manager.states, "read", counted)
+        state = await t.state()
+        await t.write_state(replace(state, leader=2, leader_epoch=state.leader_epoch + 1))
+        await t.leading(2)  # (node 3 follows node 2: node 1's view proposes to shrink it out)
+        await until(lambda: _is(bool(fenced)), "node 1's ISR change refused as fenced")
+        await until(lambda: _is(bool(reads) and not manager._releads), "node 1 read the state from etcd")
+        assert reads[0] is not None and reads[0].leader == 2
+        assert not manager.led and held
+        monkeypatch.setattr(manager.states, "_seen", seen)
+        for event, on_change in held:
+            seen(event, on_change)
+        await until(lambda: _is(manager.following.get(PartitionId(DB_ID, 0)) == 2), "node 1 follows node 2")
+        await t.insert(2, 1)
+        await t.caught_up(1, 3, leader=2)
 
 
 @pytest.mark.parametrize("then", ["leads", "follows anew"])

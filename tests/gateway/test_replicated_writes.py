@@ -43,7 +43,9 @@ from walgate.gateway import http_api
 from walgate.gateway.http_api import make_app
 from walgate.gateway.query_workers import QueryWorkers
 from walgate.replication.partition import NO_LEADER, IsrMember
-from walgate.storage.errors import NotEnoughReplicas, NotHere
+from walgate.storage.errors import InvalidValue, NotEnoughReplicas, NotHere, NotLedNow
+from walgate.storage.sql import ast
+from walgate.storage.sql.parser import parse
 from walgate.wire.errors import ErrorCode
 
 __all__ = ["etcd"]  # (the fixture, used by name)
@@ -185,3 +187,29 @@ async def test_rows_produced_with_acks_all_to_a_tdengine_topic_wait_for_the_high
         appended = leader.next_version
         answer = await produce_rows(t, -1)  # below min.insync.replicas: refused before the append
         assert answer.error_code == ErrorCode.not_enough_replicas and leader.next_version == appended
+
+
+
+async def test_a_part_of_a_merged_select_routed_to_a_node_that_no_longer_leads_its_vgroup_is_refused(
+        etcd: EtcdCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The node asked routes each vgroup of a SELECT spread over nodes to its leader as it read it, naming the vgroups
+    in the part it sends (:class:`~walgate.gateway.sql_forward.SelectPart`). A node that does not lead one now (its
+    leadership moved since) refuses its part, NotLedNow (503, retriable), never answering its other rows alone: the
+    merged answer would lack that vgroup's rows, whose new leader was not asked for them."""
+    async with trio(etcd, tmp_path, monkeypatch, replicated=True) as t:
+        await t.started()
+        await t.insert(1, 0)
+        await t.caught_up(2, 3)
+        select, show = parse("SELECT voltage FROM meters"), parse("SHOW TABLES")
+        assert isinstance(select, ast.Select) and isinstance(show, ast.Show)
+
+        def part(n: int, vgroups: tuple[int, ...] | None) -> Any:
+            engine = t.nodes[n].side.engine
+            return t.nodes[n].side.call(lambda: engine.prepare_select(select, DB, True, vgroups=vgroups).sources)
+        assert len(await part(1, (0,))) == 1 and len(await part(1, ())) == 0
+        for refused in (part(2, (0,)), t.nodes[2].side.call(t.nodes[2].side.engine.show_tables_here, show, DB, (0,))):
+            with pytest.raises(NotLedNow, match="vgroup 0 of database rep is not led by this node \\(2\\) now"):
+                await refused
+        assert len(await part(2, None)) == 0  # (a node of the version before asks with no vgroups: what it leads)
+        with pytest.raises(InvalidValue, match="has no vgroup 1"):
+            await part(1, (1,))

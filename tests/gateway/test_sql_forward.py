@@ -24,11 +24,11 @@ from walgate.gateway.http_api import _here  # the node asked's own part of the s
 from walgate.gateway.sql_forward import (
     FORWARD_TIMEOUT_S,
     FORWARDED,
-    SCAN,
     TABLES_PATH,
     Caller,
     Outcome,
     PartsBudget,
+    SelectPart,
     answer,
     merge_rows,
     parse_tables,
@@ -194,12 +194,12 @@ def test_a_question_which_tables_exist_is_read_or_refused(body: bytes) -> None:
 
 
 async def test_a_nodes_part_of_a_select_is_its_answer_or_a_503_naming_it(owner: str) -> None:
-    status, answered = await select_here(2, owner, "/rest/sql/select", b"SELECT v FROM f.st", 1, ALICE,
-                                         now_ns=1_700_000_000_123_456_789)
+    part = SelectPart(now_ns=1_700_000_000_123_456_789, vgroups=(0, 2))
+    status, answered = await select_here(2, owner, "/rest/sql/select", b"SELECT v FROM f.st", 1, ALICE, part=part)
     assert (status, answered["data"]) == (200, [[1], [2]])
-    assert seen[-1] == {"db": "select", "body": "SELECT v FROM f.st", FORWARDED: "1;here;1700000000123456789",
+    assert seen[-1] == {"db": "select", "body": "SELECT v FROM f.st", FORWARDED: "1;here;1700000000123456789;0,2",
                         "caller": "User:alice@10.0.0.7"}
-    assert select_part(seen[-1][FORWARDED].partition(";")[2]) == ("here", 1_700_000_000_123_456_789)
+    assert select_part(seen[-1][FORWARDED].partition(";")[2]) == part
     assert (await select_here(2, owner, "/rest/sql/bad", b"SELECT", 1, NOBODY))[0] == 400
     status, answered = await select_here(2, owner, "/rest/sql/hang", b"SELECT", 1, NOBODY, timeout=0.5)
     assert status == 503 and answered["desc"].startswith("node 2 (") and "no answer" in answered["desc"]
@@ -212,22 +212,32 @@ async def test_the_parts_of_a_merged_select_are_read_within_one_budget_shared_by
     """sql.max.bytes bounds every node's part the node asked holds: counted as it is read, the part that passes it
     is refused (400 LimitExceeded naming its node) without being read to its end."""
     budget = PartsBudget(9 << 20)
-    status, answered = await select_here(2, owner, "/rest/sql/scan", b"SELECT", 1, NOBODY, part=SCAN, budget=budget)
+    status, answered = await select_here(2, owner, "/rest/sql/scan", b"SELECT", 1, NOBODY, part=SelectPart(scan=True),
+                                         budget=budget)
     assert status == 200 and answered == bytes(8 << 20) and budget.used == 8 << 20
-    status, answered = await select_here(3, owner, "/rest/sql/scan", b"SELECT", 1, NOBODY, part=SCAN, budget=budget)
+    status, answered = await select_here(3, owner, "/rest/sql/scan", b"SELECT", 1, NOBODY, part=SelectPart(scan=True),
+                                         budget=budget)
     assert status == 400 and isinstance(answered, dict) and answered["code"] == LimitExceeded.code
     assert answered["desc"].startswith("node 3: ") and "sql.max.bytes" in answered["desc"]
     assert budget.used < 12 << 20, "the second part was read to its end"  # 8 MB + at most a read buffer's worth
 
 
-def test_a_selects_part_names_here_or_scan_and_the_instant_of_now() -> None:
+def test_a_selects_part_names_here_or_scan_the_instant_of_now_and_its_vgroups() -> None:
     """The node asked fixes ``now`` once; its header carries it to every node (ns below 2^63, ASCII digits, no
-    leading zero), or the part is not a SELECT's; a node of the version before names none (its part takes this
-    node's clock: rv7 R7-4)."""
-    assert select_part("scan;0") == (SCAN, 0) and select_part(f"here;{2**63 - 1}") == ("here", 2**63 - 1)
-    assert select_part("here") == ("here", None) and select_part("scan") == (SCAN, None)
+    leading zero), with the vgroups it routed to that node (distinct, none for a node that only merges), or the
+    part is not a SELECT's; a node of the version before names no ``now`` (its part takes this node's clock: rv7
+    R7-4) and no vgroups (every one it serves)."""
+    assert select_part("scan;0") == SelectPart(True, 0) and select_part(f"here;{2**63 - 1}") == SelectPart(
+        False, 2**63 - 1)
+    assert select_part("here") == SelectPart() and select_part("scan") == SelectPart(scan=True)
+    assert select_part("scan;1;2") == SelectPart(True, 1, (2,)) and select_part("here;;0,3,1") == SelectPart(
+        vgroups=(0, 3, 1))
+    assert select_part("here;5;") == SelectPart(now_ns=5, vgroups=())
+    for part in (SelectPart(), SelectPart(True, 7), SelectPart(False, None, (4,)), SelectPart(True, 0, ())):
+        assert select_part(part.positions()) == part, part
     for refused in ("here;", f"here;{2**63}", "here;01", "here;-1", "here;+1", "here; 1", "here;1 ",
-                    "HERE;1", "scan;٣", "scan;1;2", "tables;1", "0;1", "here;1e3"):
+                    "HERE;1", "scan;٣", "scan;1;2;", "scan;1;2,", "scan;1;,2", "scan;1;2,2", "scan;1;02",
+                    "scan;1;2 ", "tables;1", "0;1", "here;1e3", "here;;;"):
         assert select_part(refused) is None, refused
 
 

@@ -12,7 +12,9 @@ by an append to a vnode with no topic (a condition: the fetch is seen waiting be
 time) falls to 0 as it catches up; a vnode with an error left out of the fetcher's requests for its backoff alone,
 the others fetched on; a cut whose epoch file the disk refused (the WAL held) finished before the next fetch; a
 divergence of a vnode unfollowed before its cut runs cuts nothing; a client's request refused, and the API absent
-from ApiVersions; a fetcher cancelled in any event-loop iteration of a fetch ends at once.
+from ApiVersions; a fetcher cancelled in any event-loop iteration of a fetch ends at once; a catch-up throttled on
+the leader's or the follower's side (KIP-73) stays within the rate (the bytes recorded in the quota over time, an
+upper bound) and ends with equal WALs.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ from walgate.gateway.kafka.server import KafkaServer
 from walgate.gateway.kafka.wakeups import FetchWakeups
 from walgate.gateway.metrics import Metrics
 from walgate.gateway.replica_fetcher import FollowedVnode, ReplicaFetcher
+from walgate.gateway.replication_traffic import ReplicationTraffic
 from walgate.gateway.storage_thread import StorageThread
 from walgate.replication.leader import LeaderView
 from walgate.replication.partition import IsrMember, PartitionState
@@ -711,3 +714,72 @@ async def test_a_fetcher_cancelled_in_any_loop_iteration_of_a_fetch_ends(etcd: E
             finally:
                 running.cancel()  # (again, when it fetched on: bounded, it may swallow this one too)
                 await asyncio.wait({running}, timeout=5.0)
+
+
+@pytest.mark.parametrize("side", ["leader", "follower"])
+async def test_a_throttled_catch_up_copies_no_more_than_the_rate_allows(etcd: EtcdCluster, tmp_path: Path,
+                                                                        side: str) -> None:
+    """KIP-73 over the wire: node 2, outside the ISR, catches up on ~800 kB of a Kafka-native partition whose
+    throttled-replica lists name it (leader side: ``0:1``, follower side: ``0:2``) under a 200 kB/s rate on one side.
+    Every entry byte answered (leader) or copied (follower) is recorded in that side's quota, the partition is held
+    back at least once, and the bytes by any moment stay within the rate over the time since the first plus one
+    answer (an upper bound a loaded machine cannot break: it only slows the catch-up); the WALs end equal."""
+    rate, answer = 200_000, 64 << 10
+    async with pair(etcd, tmp_path) as p:
+        configs = {"leader.replication.throttled.replicas": "0:1", "follower.replication.throttled.replicas": "0:2",
+                   "flush.messages": "1"}  # (every append durable: the high watermark is the leader's end)
+        node, throttled = (1, p.leader) if side == "leader" else (2, p.follower)
+        for s in (p.leader, p.follower):
+            await s.call(s.engine.create_kafka_topic, TOPIC, 1, configs)
+        await throttled.call(throttled.engine.set_resource_configs, "broker", str(node),
+                             {f"{side}.replication.throttled.rate": str(rate)})
+        for s in (p.leader, p.follower):
+            await s.call(s.engine.publish_topics)
+        db = (await p.leader.call(p.leader.engine.topic, TOPIC)).db
+        db_id = await p.leader.db_id(db)
+        vnode = await p.leader.vnode(db, 0)
+        await p.leader.call(vnode.epochs.begin, 1, vnode.wal.next_version)
+        alone = PartitionState((1, 2), 1, 1, 1, (IsrMember(1, p.led.registered[1]),), (), 1)  # node 2 outside the ISR
+        p.led.views[(db_id, 0)] = LeaderView(1, p.led.registered[1], alone, vnode.wal.next_version, 0,
+                                             int(time.monotonic() * 1000), 30_000)
+        traffic = {1: ReplicationTraffic(1, p.leader.engine.topics, lambda *_: None),
+                   2: ReplicationTraffic(2, p.follower.engine.topics, lambda *_: None)}
+        p.broker.replication_traffic, p.fetcher.traffic = traffic[1], traffic[2]
+        p.fetcher.partition_max_bytes = answer
+        ts = 1_700_000_000_000
+        for k in range(50):
+            batch = encode_batch(0, [ts + k], [b"k%d" % k], [bytes([k]) * 16_000])
+            await p.leader.call(p.leader.engine.append_batches, TOPIC, 0, [batch])
+        recorded: list[tuple[float, int]] = []
+        held: list[bool] = []
+        quota = traffic[node].leader if side == "leader" else traffic[node].follower
+        record, exceeded = quota.record, quota.exceeded
+
+        def watched_record(size: int, now: float) -> None:
+            recorded.append((now, size))
+            record(size, now)
+
+        def watched_exceeded(now: float) -> bool:
+            held.append(exceeded(now))
+            return held[-1]
+        quota.record, quota.exceeded = watched_record, watched_exceeded  # type: ignore[method-assign]
+        p.fetcher.follow(FollowedVnode(db, db_id, 0, 1))
+        task = asyncio.create_task(p.fetcher.run())
+        try:
+            deadline = time.monotonic() + 120
+            end = (await p.leader.vnode(db, 0)).wal.next_version
+            while (await p.follower.vnode(db, 0)).wal.next_version < end or not p.fetcher.followed[(db, 0)].in_sync:
+                assert time.monotonic() < deadline, "the throttled follower never caught up"
+                await asyncio.sleep(0.05)
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await p.same_wals(db, 1)  # (caught up, its last answer counted: in sync from it on)
+        copied = sum(size for _, size in recorded)
+        assert copied == (traffic[1].counts.replication_out if side == "leader" else traffic[2].counts.replication_in)
+        assert copied >= 800_000 and any(held)
+        first, total = recorded[0][0], 0
+        for now, size in recorded:
+            total += size
+            assert total <= rate * max(now - first, 1.0) + answer, (now - first, total)

@@ -56,7 +56,7 @@ from kafka import TopicPartition as KpTopicPartition
 from netns import Network
 from power_cut import power_cut
 from prometheus_client.parser import text_string_to_metric_families
-from serve_support import WAIT_S, cluster_args, eventually, sql
+from serve_support import WAIT_S, cluster_args, eventually, readyz, sql
 from test_serve_cluster_sql import db_id
 
 from livewalgate import WalgateServer, free_port, running_walgate, walgate_env
@@ -69,9 +69,9 @@ from walgate.storage.lineproto import child_table_name
 from walgate.storage.vnode import vnode_of
 from walgate.storage.wal import Wal, WalOptions
 
-__all__ = ["LONG", "SEEDS", "ACKS", "KEYS", "VGROUPS", "TOPIC", "Nodes", "Workload", "three_ready",
+__all__ = ["LONG", "SEEDS", "ACKS", "KEYS", "VGROUPS", "TOPIC", "Nodes", "Workload", "three_ready", "ready_nodes",
            "replicated_database", "partition_states", "metric_sum", "final_reads", "replica_contents", "final_history",
-           "wait_until", "checked", "new_leader", "restart", "started"]
+           "wait_until", "checked", "new_leader", "restart", "started", "no_traceback"]
 
 KEYS = Keys("walgate")  # the cluster walgate serve joins by default
 VGROUPS = 2
@@ -245,6 +245,22 @@ def three_ready(nodes: Nodes) -> None:
     "offline", and placing REPLICA 3 then answers 400 "Out of dnodes" (the final run of 4120237 failed so), a
     CreateTopics of replication factor 3 INVALID_REPLICATION_FACTOR.)"""
     wait_until("three ready nodes", lambda: [r[2] for r in sql(nodes.servers[1], "SHOW DNODES")] == ["ready"] * 3)
+
+
+@contextmanager
+def ready_nodes(etcd: EtcdCluster, workdir: Path) -> Iterator[Nodes]:
+    """Nodes 1-3 over ``etcd`` (``workdir``: their data dirs and logs), every one ready (``/readyz``) and listed
+    ready (:func:`three_ready`); all stopped by PID at the end, and then no incarnation's log may hold a
+    traceback."""
+    nodes = Nodes(etcd, workdir)
+    try:
+        nodes.start_all((1, 2, 3))
+        wait_until("every node ready", lambda: all(readyz(s).get("status") == "ready" for s in nodes.servers.values()))
+        three_ready(nodes)
+        yield nodes
+    finally:
+        nodes.close()
+    no_traceback(nodes)
 
 
 def replicated_database(nodes: Nodes, fsync_ms: int = 0) -> str:
@@ -556,10 +572,15 @@ def final_history(nodes: Nodes, workload: Workload, database_id: str, scratch: P
     copies = replica_contents(nodes, database_id, scratch, replicas)
     assert all(c.hw > 0 for c in copies), f"a replica without a high watermark checkpoint: {copies}"
     history += copies
-    for log in nodes.logs():
-        assert "Traceback" not in log.read_text(errors="replace"), log
+    no_traceback(nodes)
     return history
 
+
+def no_traceback(nodes: Nodes) -> None:
+    """No incarnation's log holds a traceback (the end of the first that does is shown)."""
+    for log in nodes.logs():
+        text = log.read_text(errors="replace")
+        assert "Traceback" not in text, f"{log}:\n{text[-3000:]}"
 
 
 def checked(history: list[Op], load: Workload, seed: int) -> None:

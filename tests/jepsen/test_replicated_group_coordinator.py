@@ -23,7 +23,7 @@ from confluent_kafka.admin import NewTopic
 from etcd_cluster import EtcdCluster, etcd_cluster
 from group_history import Commit, Read, check, owners, rereads
 from group_workload import GROUP, PARTITIONS, TOPIC, GroupWorkload
-from replicated_workload import LONG, SEEDS, Nodes, metric_sum, three_ready
+from replicated_workload import LONG, SEEDS, Nodes, metric_sum, no_traceback, three_ready
 from serve_support import create_topics
 
 KILLS = 10 if LONG else 2  # the coordinator's kills in the commit loop (each restart takes 6-25 s here)
@@ -99,8 +99,7 @@ def checked(nodes: Nodes, load: GroupWorkload, seed: int) -> None:
     found = check(load.history, final)
     assert found == [], f"seed {seed}: {len(found)} violations, the first: {found[:10]}; faults: {load.events}"
     assert final, "the group committed offsets"
-    for log in nodes.logs():
-        assert "Traceback" not in log.read_text(errors="replace"), log
+    no_traceback(nodes)
 
 
 @pytest.mark.parametrize("seed", SEEDS)

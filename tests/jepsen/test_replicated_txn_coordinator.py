@@ -34,7 +34,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from etcd_cluster import EtcdCluster
-from replicated_workload import SEEDS, Nodes, three_ready, wait_until
+from replicated_workload import SEEDS, Nodes, ready_nodes, wait_until
 from serve_support import create_topics
 
 from walgate.storage.coordinator_partitions import partition_for
@@ -74,6 +74,16 @@ def producer(nodes: Nodes, transactional_id: str) -> Producer:
                      "transaction.timeout.ms": 60000, "message.timeout.ms": 60000})
     made.init_transactions(60)
     return made
+
+
+def topic_and_producer(nodes: Nodes, topic: NewTopic, transactional_id: str) -> tuple[Producer, int]:
+    """``topic`` made, then a transactional :func:`producer` of ``transactional_id`` (the first one's coordinator
+    lookup makes ``__consumer_offsets``), and the node coordinating the id."""
+    create_topics(_bootstrap(nodes), topic)
+    made = producer(nodes, transactional_id)
+    c = coordinator(nodes, transactional_id)
+    assert c in (1, 2, 3)
+    return made, c
 
 
 def open_transaction(made: Producer, topic: str, partition: int, values: list[bytes]) -> None:
@@ -116,29 +126,20 @@ def same_partition_id(prefix: str, like: str, partitions: int) -> str:
 
 @pytest.fixture
 def nodes(etcd1: EtcdCluster, tmp_path: Path) -> Iterator[Nodes]:
-    """Nodes 1-3 ready; afterwards no traceback in any incarnation's log."""
-    cluster = Nodes(etcd1, tmp_path)
-    try:
-        cluster.start_all((1, 2, 3))
-        three_ready(cluster)
+    """Nodes 1-3 ready (:func:`replicated_workload.ready_nodes`)."""
+    with ready_nodes(etcd1, tmp_path) as cluster:
         yield cluster
-    finally:
-        cluster.close()
-    for log in cluster.logs():
-        assert "Traceback" not in log.read_text(), f"{log}:\n{log.read_text()[-3000:]}"
 
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_coordinator_killed_between_prepare_and_markers(nodes: Nodes, seed: int) -> None:
     rng = random.Random(seed)
     topic = "txm"
-    create_topics(_bootstrap(nodes), NewTopic(topic, 3, 1, config={"flush.messages": "1"}))
     commit_id = f"txm-commit-{seed}"
-    committer = producer(nodes, commit_id)  # (its lookup makes __consumer_offsets)
+    committer, c = topic_and_producer(nodes, NewTopic(topic, 3, 1, config={"flush.messages": "1"}), commit_id)
     abort_id = same_partition_id(f"txm-abort-{seed}", commit_id, offsets_partitions(nodes))
     aborter = producer(nodes, abort_id)
-    c = coordinator(nodes, commit_id)
-    assert c in (1, 2, 3) and coordinator(nodes, abort_id) == c
+    assert coordinator(nodes, abort_id) == c
     placed = {p: leader_of(nodes, topic, p) for p in range(3)}
     p = rng.choice(sorted(q for q, leader in placed.items() if leader not in (c, -1)))
     d = placed[p]
@@ -165,11 +166,8 @@ def test_coordinator_killed_between_prepare_and_markers(nodes: Nodes, seed: int)
 def test_a_zombie_coordinators_writes_are_never_acknowledged(nodes: Nodes, seed: int) -> None:
     rng = random.Random(seed)
     topic = "txz"
-    create_topics(_bootstrap(nodes), NewTopic(topic, 2, 3, config={"min.insync.replicas": "2"}))
     tid = f"txz-{seed}"
-    old = producer(nodes, tid)
-    c = coordinator(nodes, tid)
-    assert c in (1, 2, 3)
+    old, c = topic_and_producer(nodes, NewTopic(topic, 2, 3, config={"min.insync.replicas": "2"}), tid)
     p = rng.randrange(2)
     zombie, before, after = (values(tag, rng.randint(1, 8)) for tag in ("zombie", "before", "after"))
     open_transaction(old, topic, p, zombie)

@@ -5,15 +5,13 @@ from __future__ import annotations
 
 import random
 
+from tests.replication.reached_states import reached_state, registrations
 from walgate.cluster.partition_codec import decode_state, encode_state
 from walgate.replication.elections import ElectionType, elect_leader, imbalanced
 from walgate.replication.partition import (
     NO_LEADER,
-    AlterIsr,
     IsrMember,
     PartitionState,
-    alter_partition,
-    initial_state,
     reconcile,
 )
 from walgate.wire.errors import ErrorCode
@@ -63,23 +61,11 @@ def test_unclean_on_a_leader_the_controller_has_not_fenced_yet_elects() -> None:
 
 
 def _random_state(rng: random.Random) -> tuple[PartitionState, dict[int, int]]:
-    """A state the rules reach (an initial state, then registrations, fencing, elections and ISR changes), and the
-    registrations to judge it under."""
-    nodes = rng.sample(range(1, 9), rng.randint(1, 5))
-    epochs = {n: rng.randint(1, 50) for n in nodes}
-    current = initial_state(tuple(nodes), {n: e for n, e in epochs.items() if rng.random() < 0.8},
-                            rng.randint(1, len(nodes)), rng.random() < 0.3)
-    live = dict(epochs)
-    for _ in range(rng.randint(0, 6)):
-        live = {n: epochs[n] + (rng.random() < 0.2) for n in nodes if rng.random() < 0.7}
-        mine = tuple(m for m in current.isr if m.replica == current.leader)
-        joiners = tuple(IsrMember(n, e) for n, e in live.items() if n != current.leader)
-        new = reconcile(current, live) if rng.random() < 0.6 else alter_partition(current, AlterIsr(
-            current.leader, current.leader_epoch, current.partition_epoch, tuple(sorted(mine + joiners)),
-            mine[0].broker_epoch if mine else 0), live)
-        current = new if isinstance(new, PartitionState) else current
+    """A state the rules reach (:func:`reached_state`), and the registrations to judge it under: its last step's, or
+    half the time new ones."""
+    current, epochs, live = reached_state(rng)
     if rng.random() < 0.5:
-        live = {n: epochs[n] + (rng.random() < 0.2) for n in nodes if rng.random() < 0.7}
+        live = registrations(rng, epochs)
     return current, live
 
 

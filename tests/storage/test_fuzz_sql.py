@@ -27,6 +27,7 @@ TYPES = ["INT", "INTEGER", "BIGINT UNSIGNED", "TINYINT", "SMALLINT UNSIGNED", "D
 OPERATORS = ["+", "-", "*", "/", "%", "=", "==", "!=", "<>", "<", "<=", ">", ">=", "AND", "OR", "and", "Or"]
 NAMES = ["t1", "t2", "t-3", "`bad/name`", "`..`", "`a\x00b`", "ü", "`ü`", "x" * 300, "`" + "y" * 250 + "`", "seeded",
          "select", "`t 1`", "T1"]
+NODE_IDS = st.sampled_from(["0", "1", "3", "1023", "65536", "99999999999999999999999", "-1", "x"])
 DATABASES = ["z1", "z2", "Z1", "`../../etc`", "`/abs`", "`a b`", "`z\x00`", "x" * 70, "_z", "1z", "`x`"]
 SOURCES = ["x.m", "m", "x.nt", "x.a", "x.b", "y.m", "y.d", "x.nosuch", "`x`.`m`", "nosuch.m", "z1.s1", "x.`m`",
            "`x.m`", "x.`a\x00`"]
@@ -134,6 +135,10 @@ def _statement(kind: str, draw: Any) -> str:
             f"CREATE TOPIC {draw(st.sampled_from(NAMES))} WITH META AS DATABASE {draw(st.sampled_from(DATABASES))}",
             f"DROP TOPIC {draw(st.sampled_from(['', 'IF EXISTS ']))}{draw(st.sampled_from(NAMES))}",
             f"DROP CONSUMER GROUP {draw(st.sampled_from(['g', '`g/..`', _string('g-1')]))} ON {draw(st.sampled_from(NAMES))}",
+            f"REDISTRIBUTE VGROUP {draw(st.sampled_from(['', 'x.', 'nosuch.', '`../..`.']))}{draw(NODE_IDS)}"
+            f"{''.join(f' DNODE {n}' for n in draw(st.lists(NODE_IDS, min_size=1, max_size=4)))}",
+            f"BALANCE VGROUP{draw(st.sampled_from(['', ' LEADER', ' leader']))}",
+            f"DROP DNODE {draw(NODE_IDS)}",
         ]))
     if kind == "insert":
         using = ""

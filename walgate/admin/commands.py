@@ -14,11 +14,12 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeAlias
 
-__all__ = ["DEFAULT_BOOTSTRAP", "DEFAULT_FORMAT", "DEFAULT_TIMEOUT", "add_commands", "add_elect", "add_reassign",
-           "datetime_ms", "partition_move",
+__all__ = ["DEFAULT_BOOTSTRAP", "DEFAULT_FORMAT", "DEFAULT_TIMEOUT", "DEFAULT_URL", "add_commands", "add_decommission",
+           "add_elect", "add_reassign", "datetime_ms", "partition_move",
            "kafka_flags", "key_value", "topic_partitions"]
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+DEFAULT_URL = "http://127.0.0.1:6041"  # a node's HTTP API: `walgate sql`, `walgate cluster decommission`
 DEFAULT_TIMEOUT = 10.0  # seconds: bounds connecting and every request
 DEFAULT_FORMAT = r"Partition:%p\tOffset:%o\t%d\t%h\t%k\t%v"  # `walgate consume`, as kafka-console-consumer prints
 
@@ -82,6 +83,28 @@ def add_reassign(actions: _Commands) -> None:
     reassign.add_argument("--topic", metavar="TOPIC", help="with --list: only this topic's")
     reassign.add_argument("--json", action="store_true", help="print one JSON array")
     reassign.set_defaults(run=_lazy("reassign", "reassign"))
+
+
+def add_decommission(actions: _Commands) -> None:
+    """``walgate cluster decommission`` and ``rebalance`` (the cluster command's actions), through the HTTP API of
+    the node at ``--url``."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--url", default=DEFAULT_URL, help=f"a node's HTTP API base URL (default {DEFAULT_URL})")
+    common.add_argument("--user", "-u", help="walgate user for HTTP Basic auth (as walgate sql --user; a super user "
+                                             "when ACLs are on)")
+    common.add_argument("--wait", action="store_true", help="follow the moves until they are done")
+    common.add_argument("--wait-timeout", type=float, default=3600.0, metavar="S",
+                        help="with --wait: give up (exit 1; the moves go on) after S seconds (default 3600)")
+    common.add_argument("--json", action="store_true", help="one JSON document at the end")
+    decommission = actions.add_parser("decommission", parents=[common],
+                                      help="move every replica off node N (TDengine's DROP DNODE); stop it after")
+    decommission.add_argument("node", type=int, metavar="N", help="the node id")
+    decommission.set_defaults(run=_lazy("decommission", "decommission"))
+    rebalance = actions.add_parser("rebalance", parents=[common], help="even out replicas and preferred leaders over "
+                                   "the live nodes (TDengine's BALANCE VGROUP)")
+    rebalance.add_argument("--leaders", action="store_true",
+                           help="elect each vgroup's preferred leader instead (BALANCE VGROUP LEADER)")
+    rebalance.set_defaults(run=_lazy("decommission", "rebalance"))
 
 
 def partition_move(text: str) -> tuple[str, int, tuple[int, ...] | None]:

@@ -2,7 +2,7 @@
 
 Logged, whether they succeed or not (never a validate-only request): every ``/rest/sql`` statement that
 :func:`sql_change` names (``CREATE``/``DROP``/``ALTER`` of databases, supertables, tables, topics, users;
-``GRANT``/``REVOKE``), the Kafka admin changes CreateTopics, DeleteTopics, CreatePartitions, IncrementalAlterConfigs,
+``GRANT``/``REVOKE``; ``REDISTRIBUTE``/``BALANCE VGROUP``, ``DROP DNODE``), the Kafka admin changes CreateTopics, DeleteTopics, CreatePartitions, IncrementalAlterConfigs,
 DeleteRecords, DeleteGroups and AlterClientQuotas, and what the modules changing users and ACLs over Kafka report
 through :func:`audit_kafka`.
 Each line names the principal (``User:name``, Kafka's form), the peer address, the operation, the resource and the
@@ -29,8 +29,8 @@ __all__ = ["audit", "audit_kafka", "kafka_outcome", "sql_change"]
 log = logging.getLogger("walgate.audit")
 
 _MAX_RESOURCE = 300  # characters of a resource kept in the line (a statement can be long)
-_SQL_CHANGE = re.compile(r"\s*(CREATE|DROP|ALTER|GRANT|REVOKE)\b(?:\s+(DATABASE|STABLE|TABLE|TOPIC|USER|CONSUMER\s+GROUP"
-                         r"|INDEX|VIEW|STREAM|SMA|FUNCTION))?", re.I)
+_SQL_CHANGE = re.compile(r"\s*(CREATE|DROP|ALTER|GRANT|REVOKE|REDISTRIBUTE|BALANCE)\b(?:\s+(DATABASE|STABLE|TABLE|TOPIC|USER"
+                         r"|CONSUMER\s+GROUP|INDEX|VIEW|STREAM|SMA|FUNCTION|DNODE|VGROUP))?", re.I)
 
 
 def audit(principal: str, peer: str, operation: str, resource: str, outcome: str) -> None:

@@ -47,6 +47,7 @@ from rich.table import Table
 from rich.text import Text
 
 from walgate.admin import add_commands as add_admin_commands
+from walgate.admin.commands import DEFAULT_URL
 from walgate.gateway.cluster_up import add_command as add_cluster_command
 from walgate.gateway.cluster_up import add_etcd_flags, cluster_spec
 from walgate.gateway.config import Config, ConfigError, load_config, parse_override
@@ -57,7 +58,6 @@ __all__ = ["main", "parser", "serve_config", "split_statements", "render_result"
 
 log = logging.getLogger(__name__)
 
-DEFAULT_URL = "http://127.0.0.1:6041"
 HTTP_TIMEOUT = 300.0  # seconds; bounds every CLI request (a large ingest included)
 ROWS_HEADER = "X-Walgate-Rows"  # = http_api.ROWS_HEADER (not imported: it would load aiohttp)
 
@@ -97,11 +97,18 @@ class ApiClient:
         _, body = self._post(f"/csv/v1/write?{urlencode(params)}", data, "text/csv; charset=utf-8")
         return int(orjson.loads(body)["rows"])
 
+    def get_json(self, path: str) -> Any:
+        """GET ``path`` (e.g. the console's ``/ui/api/cluster``); its JSON body."""
+        _, body = self._send(urllib.request.Request(self.url + path, method="GET", headers=self._headers))
+        return orjson.loads(body)
+
     def _post(self, path: str, data: bytes, content_type: str) -> tuple[Message, bytes]:
         """POST ``data``; returns the answer's headers and body, raises :class:`ApiError` on any failure."""
-        request = urllib.request.Request(
+        return self._send(urllib.request.Request(
             self.url + path, data=data, method="POST", headers={"Content-Type": content_type, **self._headers}
-        )
+        ))
+
+    def _send(self, request: urllib.request.Request) -> tuple[Message, bytes]:
         try:
             with urllib.request.urlopen(request, timeout=HTTP_TIMEOUT) as response:
                 return response.headers, response.read()
@@ -260,7 +267,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _credentials(user: str | None) -> tuple[str, str] | None:
+def credentials(user: str | None) -> tuple[str, str] | None:
     """(user, password) for HTTP Basic auth: ``--user`` or ``WALGATE_USER``, the password from ``WALGATE_PASSWORD``
     or asked for on the terminal (never a flag: it would show in ``ps``); None without a user."""
     user = user or os.environ.get("WALGATE_USER")
@@ -274,7 +281,7 @@ def _cmd_sql(args: argparse.Namespace) -> int:
     statements = split_statements(args.sql)
     if not statements:
         return _fail("no SQL statement given", 2)
-    client, console, db = ApiClient(args.url, _credentials(args.user)), _console(), args.db
+    client, console, db = ApiClient(args.url, credentials(args.user)), _console(), args.db
     for statement in statements:
         try:
             body = client.sql(statement, db)
@@ -298,7 +305,7 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
         data = sys.stdin.buffer.read() if args.file == "-" else Path(args.file).read_bytes()
     except OSError as e:
         return _fail(f"cannot read {args.file}: {e.strerror}", 2)
-    client = ApiClient(args.url, _credentials(args.user))
+    client = ApiClient(args.url, credentials(args.user))
     try:
         if args.format == "line":
             rows = client.write_lines(args.db, data, args.precision or "ns")

@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
-from walgate.admin.commands import add_elect, add_reassign
+from walgate.admin.commands import add_decommission, add_elect, add_reassign
 
 __all__ = ["Member", "Node", "Plan", "plan", "loopback_hosts", "free_loopback_block", "LocalCluster", "ClusterUpError",
            "add_command", "add_etcd_flags", "cluster_spec"]
@@ -500,6 +500,7 @@ def _add_shown(actions: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     partitions.set_defaults(run=_shown("partitions"))
     add_elect(actions)  # (it speaks Kafka's protocol: walgate/admin/elect.py)
     add_reassign(actions)  # (so does it: walgate/admin/reassign.py)
+    add_decommission(actions)  # (through a node's HTTP API: walgate/admin/decommission.py)
 
 
 def add_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

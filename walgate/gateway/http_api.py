@@ -94,7 +94,7 @@ import os
 import re
 import ssl
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import asdict
 from typing import Any
 
@@ -105,7 +105,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from walgate.cluster.model import ControlPlaneError
 from walgate.coordinator.share_coordinator import ShareCoordinator
-from walgate.gateway import coordinator_sql
+from walgate.gateway import cluster_sql, coordinator_sql
 from walgate.gateway.audit import audit, sql_change
 from walgate.gateway.cluster_member import ClusterMember
 from walgate.gateway.console import add_console
@@ -130,6 +130,7 @@ from walgate.gateway.sql_forward import (
     Caller,
     Outcome,
     PartsBudget,
+    SelectPart,
     answer,
     merge_rows,
     parse_tables,
@@ -226,6 +227,7 @@ _LISTENERS: web.AppKey[Callable[[], dict[str, bool]]] = web.AppKey("listeners")
 _CLUSTER: web.AppKey[Callable[[], str | None]] = web.AppKey("cluster")
 _SHARED: web.AppKey[Callable[[], SharedCatalog | None]] = web.AppKey("shared")
 _REPLICAS: web.AppKey[Callable[[], ReplicaManager | None]] = web.AppKey("replicas")
+_MEMBER: web.AppKey[Callable[[], ClusterMember | None]] = web.AppKey("member")
 ACK_TIMEOUT_S = 30.0
 """How long an SQL, line-protocol or CSV write waits for the in-sync replicas (Kafka's ``request.timeout.ms``)."""
 _AUTHORIZER = web.AppKey("authorizer", Authorizer)
@@ -293,6 +295,8 @@ def make_app(
         app[_SHARED] = shared
     if replicas is not None:
         app[_REPLICAS] = replicas
+    if member is not None:
+        app[_MEMBER] = member  # REDISTRIBUTE / BALANCE VGROUP, DROP DNODE (cluster_sql)
     app.router.add_get("/readyz", _readyz)
     if metrics is not None:
         app[_METRICS] = metrics
@@ -355,17 +359,14 @@ async def _statement(request: web.Request, appended: list[LedAppend]) -> web.Str
             # parsed once, off the storage thread, on the loop's default executor (the body is within
             # max_request_bytes, the engine's statement limit)
             stmt = await asyncio.to_thread(parse, sql)
-        if isinstance(stmt, ast.Select):
-            # another node's SELECT: the rows of this node's vgroups, its ``now`` the node asked's (_forwarded_part)
-            part = select_part(forwarded.partition(";")[2]) if forwarded is not None else None
-            scan = part is not None and part[0] == SCAN and not plain(stmt)  # (select_merge.py)
-            _, selected = await _select(request, authorizer, principal, host, stmt, db, part is not None, scan,
-                                        part[1] if part is not None else None)
-            return await selected.send(request, ARROW_STREAM if scan else "application/json")  # from its file
-        if forwarded is not None and isinstance(stmt, ast.Show):  # another node's SHOW TABLES: this node's tables
-            result = await app[_STORAGE].call(_run_here, engine, authorizer, principal, host, stmt, db)
-            return _json(200, result.rest_body())
-        if _GROUPS in app and coordinator_sql.on_coordinator_lane(stmt):  # never the storage lane waiting for it
+        if isinstance(stmt, ast.Select) or (forwarded is not None and isinstance(stmt, ast.Show)):
+            return await _read(request, authorizer, principal, host, stmt, db, forwarded)
+        if cluster_sql.moves_replicas(stmt):  # asked of the controller, from the event loop
+            if authorizer is not None:
+                check(authorizer, principal, host, stmt, db)
+            result = await cluster_sql.run(stmt, engine, app[_STORAGE], app[_MEMBER]() if _MEMBER in app else None,
+                                           app[_REPLICAS]() if _REPLICAS in app else None, db)
+        elif _GROUPS in app and coordinator_sql.on_coordinator_lane(stmt):  # never the storage lane waiting for it
             if authorizer is not None:
                 check(authorizer, principal, host, stmt, db)
             result = await coordinator_sql.run(stmt, engine, app[_GROUPS], app[_STORAGE])
@@ -448,14 +449,16 @@ def _forwarded_part(sql: str, header: str) -> ast.Insert | TableDdl | ast.Select
     """The part of the INSERT, CREATE [S]TABLE, DROP TABLE, CREATE TOPIC, SELECT or SHOW TABLES ``sql`` another node
     forwarded here (its :data:`~.sql_forward.FORWARDED` ``header``: ``<sender>;<positions>`` of an INSERT or of the
     tables of a CREATE [S]TABLE, DROP TABLE or CREATE TOPIC of one table, ``<sender>;here;<now ns>`` or
-    ``<sender>;scan;<now ns>`` of a SELECT (:func:`~.sql_forward.select_part`), ``<sender>;here`` of a SHOW TABLES);
+    ``<sender>;scan;<now ns>`` of a SELECT, then ``;<vgroups>`` (:func:`~.sql_forward.select_part`), ``<sender>;here``
+    or ``<sender>;here;;<vgroups>`` of a SHOW TABLES);
     InvalidValue when the header is malformed or does not fit the statement."""
     sender, sep, positions = header.partition(";")
     parse_sender(sender)
     stmt = parse(sql)
     if sep and select_part(positions) is not None and isinstance(stmt, ast.Select):
         return stmt
-    if sep and positions == HERE and isinstance(stmt, ast.Show) and stmt.what == "TABLES":
+    if sep and (part := select_part(positions)) is not None and not part.scan and isinstance(stmt, ast.Show) and \
+            stmt.what == "TABLES":
         return stmt
     if sep and positions not in (HERE, SCAN) and isinstance(stmt, TableDdl):
         return tables_at(stmt, parse_positions(positions))
@@ -480,19 +483,41 @@ def _forwarded_as(request: web.Request, rest: str) -> None:
                            f"and {rest!r}")
 
 
+async def _read(request: web.Request, authorizer: Authorizer | None, principal: str, host: str,
+                stmt: ast.Select | ast.Show, db: str | None, forwarded: str | None) -> web.StreamResponse:
+    """A SELECT, or another node's part of one or of a SHOW TABLES (``forwarded``: its :data:`~.sql_forward.FORWARDED`
+    header, :func:`_forwarded_part`): the rows of the vgroups it routed here, its ``now`` the node asked's. A vgroup
+    routed here that this node no longer leads (its leadership moved since the node asked read it) answers 503, the
+    query to be retried (never its rows left out). A SELECT asked here of vgroups held elsewhere raises
+    :class:`NotHere` (NotLedNow for one this node holds but does not lead), which :func:`_statement` merges."""
+    part = select_part(forwarded.partition(";")[2]) if forwarded is not None else None
+    try:
+        if isinstance(stmt, ast.Show):  # another node's SHOW TABLES: this node's tables
+            result = await request.app[_STORAGE].call(_run_here, request.app[_ENGINE], authorizer, principal, host,
+                                                      stmt, db, None if part is None else part.vgroups)
+            return _json(200, result.rest_body())
+        if part is not None and part.scan and plain(stmt):  # (select_merge.py)
+            part = dataclasses.replace(part, scan=False)
+        _, selected = await _select(request, authorizer, principal, host, stmt, db, part)
+    except NotLedNow as e:
+        if forwarded is None:  # (the statement's own: merged over the nodes, _statement)
+            raise
+        return _error(503, e.code, e.message)  # (the error middleware's answer is a write's)
+    return await selected.send(request, ARROW_STREAM if part is not None and part.scan else
+                               "application/json")  # from its file
+
+
 async def _select(request: web.Request, authorizer: Authorizer | None, principal: str, host: str,
-                  select: ast.Select, db: str | None, here_only: bool = False,
-                  scan: bool = False, now_ns: int | None = None) -> tuple[PreparedSelect, Spool]:
-    """``select`` prepared once ``principal`` may run it and its JSON answer, run in a query worker (``here_only``:
-    over the vgroups placed on this node; ``scan``: their scanned rows, Arrow IPC; ``now_ns``: its ``now``, None
-    for the engine's clock when prepared: :meth:`~walgate.storage.select.Selects.prepare`), in the file the worker
-    wrote (:mod:`~walgate.gateway.answer_spool`: the caller sends or reads it); raises its error."""
+                  select: ast.Select, db: str | None, here: SelectPart | None = None) -> tuple[PreparedSelect, Spool]:
+    """``select`` prepared once ``principal`` may run it and its JSON answer, run in a query worker (``here``: this
+    node's part of a SELECT merged over nodes: :class:`~.sql_forward.SelectPart`, its vgroups, scanned rows as Arrow
+    IPC or not, its ``now``: :meth:`~walgate.storage.select.Selects.prepare`), in the file the worker wrote
+    (:mod:`~walgate.gateway.answer_spool`: the caller sends or reads it); raises its error."""
     app = request.app
     engine = app[_ENGINE]
 
     def prepare() -> Awaitable[PreparedSelect]:  # once a query slot is free
-        return app[_STORAGE].call(_prepared, engine, authorizer, principal, host, select, db, here_only, scan,
-                                  now_ns)
+        return app[_STORAGE].call(_prepared, engine, authorizer, principal, host, select, db, here)
 
     return await _query(request, prepare)
 
@@ -566,6 +591,9 @@ async def _merge_select(request: web.Request, shared: SharedCatalog, authorizer:
     scan = select is not None and not plain(select)
     now_ns = engine.clock.time_ns() if select is not None else None  # every node's part reads ``now`` at this one
     nodes = sorted(set(dbdef.nodes or (local,)) | ({local} if scan else set()))  # scan: merged here, so run here
+    # each vgroup read by exactly the node this one routes it to (its leader as read here), which refuses it when it
+    # no longer leads it (NotLedNow): never left out, nor read twice, while a leadership moves
+    assigned = {node: tuple(v for v in range(dbdef.vgroups) if dbdef.node_of(v, local) == node) for node in nodes}
     urls = {info.node_id: info.http for info in shared.member.view.nodes}
     path = "/rest/sql" + (f"/{db}" if db else "")
     caller = _caller(request, shared)
@@ -576,8 +604,10 @@ async def _merge_select(request: web.Request, shared: SharedCatalog, authorizer:
         try:
             if select is None:
                 assert isinstance(stmt, ast.Show)
-                return 200, (await storage.call(_run_here, engine, authorizer, principal, host, stmt, db)).rest_body()
-            scanned, spool = await _select(request, authorizer, principal, host, select, db, True, scan, now_ns)
+                return 200, (await storage.call(_run_here, engine, authorizer, principal, host, stmt, db,
+                                                assigned[local])).rest_body()
+            scanned, spool = await _select(request, authorizer, principal, host, select, db,
+                                           SelectPart(scan, now_ns, assigned[local]))
             prepared.append(scanned)
             if scan:
                 try:
@@ -588,13 +618,14 @@ async def _merge_select(request: web.Request, shared: SharedCatalog, authorizer:
             answered = await spool.read()
             return 200, answered if scan else orjson.loads(answered)
         except StorageError as e:  # what the error middleware answers for it
-            status = 503 if isinstance(e, StorageUnavailable) else 403 if isinstance(e, NotPermitted) else 400
+            status = 503 if isinstance(e, (StorageUnavailable, NotLedNow)) else 403 if isinstance(e, NotPermitted) \
+                else 400
             return status, {"code": e.code, "desc": f"node {local}: {e.message}"}
 
     answers = await _unless_gone(*(
         here() if node == local else select_here(node, urls.get(node), path, body, local, caller,
-                                                 select_timeout(app[_QUERIES].timeout_s), SCAN if scan else HERE,
-                                                 budget if scan else None, now_ns)
+                                                 select_timeout(app[_QUERIES].timeout_s),
+                                                 SelectPart(scan, now_ns, assigned[node]), budget if scan else None)
         for node in nodes), request=request, timeout=app[_QUERIES].timeout_s)
     for node, (status, answered) in zip(nodes, answers, strict=True):
         if status != 200:
@@ -770,13 +801,14 @@ def _gone(request: web.Request) -> bool:
 
 
 def _prepared(engine: Engine, authorizer: Authorizer | None, principal: str, host: str, stmt: ast.Select,
-              db: str | None, here_only: bool, scan: bool = False, now_ns: int | None = None) -> PreparedSelect:
-    """``stmt`` prepared if ``principal`` may run it (storage thread; no ``authorizer``: no check; ``here_only``:
-    over this node's vgroups alone, ``scan``: as their scanned rows, ``now_ns``: its ``now``, None for the engine's
-    clock); NotPermitted otherwise."""
+              db: str | None, here: SelectPart | None) -> PreparedSelect:
+    """``stmt`` prepared if ``principal`` may run it (storage thread; no ``authorizer``: no check; ``here``: this
+    node's part of a merged SELECT, None for the whole of it); NotPermitted otherwise."""
     if authorizer is not None:
         check(authorizer, principal, host, stmt, db)
-    return engine.prepare_select(stmt, db, here_only, scan, now_ns)
+    if here is None:
+        return engine.prepare_select(stmt, db)
+    return engine.prepare_select(stmt, db, True, here.scan, here.now_ns, here.vgroups)
 
 
 def _snapshot(app: web.Application) -> Callable[[list[tuple[str, str]]], Awaitable[WriteSnapshot]]:
@@ -837,24 +869,22 @@ def _name_here(engine: Engine, name: ast.Name, db: str | None) -> None:
 
 
 def _run_here(engine: Engine, authorizer: Authorizer | None, principal: str, host: str, stmt: ast.Show,
-              db: str | None) -> Result:
-    """``SHOW TABLES`` over this node's vgroups (its part of a database spread over nodes), as :func:`_run` runs a
-    statement: checked, and cut to what ``principal`` may see."""
-    return _run(engine, authorizer, principal, host, stmt, db, here=True)
+              db: str | None, vgroups: Collection[int] | None) -> Result:
+    """``SHOW TABLES`` over this node's vgroups (its part of a database spread over nodes; ``vgroups``: those the
+    node asked assigned here), as :func:`_run` runs a statement: checked, and cut to what ``principal`` may see."""
+    if authorizer is not None:
+        check(authorizer, principal, host, stmt, db)
+    result = engine.show_tables_here(stmt, db, vgroups)
+    return result if authorizer is None else visible(authorizer, principal, host, stmt, result)
 
 
 def _run(engine: Engine, authorizer: Authorizer | None, principal: str, host: str, stmt: ast.Statement,
-         db: str | None, here: bool = False) -> Result:
+         db: str | None) -> Result:
     """``stmt`` executed if ``principal`` may run it, listings cut to what it may see (storage thread; no
-    ``authorizer``: no check); NotPermitted otherwise. ``here``: ``stmt`` is a SHOW TABLES over this node's
-    vgroups alone."""
+    ``authorizer``: no check); NotPermitted otherwise."""
     if authorizer is not None:
         check(authorizer, principal, host, stmt, db)
-    if here:
-        assert isinstance(stmt, ast.Show)
-        result = engine.show_tables_here(stmt, db)
-    else:
-        result = engine.run(stmt, db)
+    result = engine.run(stmt, db)
     return result if authorizer is None else visible(authorizer, principal, host, stmt, result)
 
 

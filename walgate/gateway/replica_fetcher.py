@@ -33,6 +33,12 @@ authenticated node link (:class:`~walgate.gateway.kafka.node_links.NodeLinks`), 
   vnode erring in every request would end every long poll), as the replica manager (step 5) moves the vnode to its
   new leader or epoch. The leader unreachable delays every vnode the request held.
 
+A vnode the follower's replication throttle holds back (KIP-73: throttled on this node, not caught up after its
+last answer, the follower quota exceeded; :meth:`ReplicationTraffic.hold_follower
+<walgate.gateway.replication_traffic.ReplicationTraffic.hold_follower>`) is left out of the requests until the quota
+allows it again (at most one quota window), as Kafka's ``shouldFollowerThrottle`` leaves it out of the fetch; the
+entry bytes each answer brings are counted there (:meth:`ReplicationTraffic.copied`).
+
 An answer for a vnode unfollowed, or followed anew (another leader epoch, as Kafka's fetcher checks its fetch state
 before it processes a partition's data), while the request was out is dropped; a divergence's cut checks it again in
 the truncating call itself, so a vnode unfollowed while its cut waited to run is not cut. The fetch position is read
@@ -54,6 +60,7 @@ from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from walgate.gateway.replication_traffic import ReplicationTraffic
 from walgate.gateway.storage_thread import StorageThread
 from walgate.replication.epochs import EpochEnd, LeaderEpochCache, follower_truncation
 from walgate.storage.engine import Engine
@@ -89,10 +96,12 @@ class FollowedVnode:
     high_watermark: int = 0  # the leader's, as last answered, capped by this WAL's end: never truncated below
     error: int = ErrorCode.none  # the last fetch's error (NONE: it went well)
     stopped: str | None = None  # why it is no longer fetched (below the leader's log start), else None
-    retry_at: float = 0.0  # the event loop's time before which it is not fetched (after an error), else 0
+    retry_at: float = 0.0  # the event loop's time before which it is not fetched (after an error, or held back by
+    # the replication throttle), else 0
     cut_unfinished: bool = False  # a truncation was refused: finished (if its WAL is held) before the next fetch
     lag: int = 0  # versions the leader's high watermark was past this WAL's end after the last answer applied
     cut_to_hw: bool = False  # its WAL, no epoch known for its entries, was cut to the HW (once: then fetched from it)
+    in_sync: bool = False  # caught up (lag 0) after the last answer applied: never held back by the throttle
 
     @property
     def key(self) -> VnodeKey:
@@ -153,7 +162,8 @@ class ReplicaFetcher:
 
     def __init__(self, node_id: int, broker_epoch: int, source: int, link: Link, storage: StorageThread,
                  engine: Engine, *, max_wait_ms: int = 500, min_bytes: int = 1, max_bytes: int = 10 << 20,
-                 partition_max_bytes: int = 1 << 20, backoff_s: float = 1.0) -> None:
+                 partition_max_bytes: int = 1 << 20, backoff_s: float = 1.0,
+                 traffic: ReplicationTraffic | None = None) -> None:
         self.node_id = node_id
         self.broker_epoch = broker_epoch
         self.source = source
@@ -165,6 +175,7 @@ class ReplicaFetcher:
         self.max_bytes = max_bytes
         self.partition_max_bytes = partition_max_bytes
         self.backoff_s = backoff_s
+        self.traffic = traffic
         self.followed: dict[VnodeKey, FollowedVnode] = {}
         self._changed = asyncio.Event()
 
@@ -209,6 +220,10 @@ class ReplicaFetcher:
         while the disk still refuses it. The leader unreachable (raised) delays each vnode the request held."""
         now = asyncio.get_running_loop().time()
         vnodes = [v for v in self.followed.values() if v.stopped is None and v.retry_at <= now]
+        if self.traffic is not None:  # the follower's replication throttle (KIP-73's shouldFollowerThrottle)
+            for v in vnodes:
+                v.retry_at = now + self.traffic.hold_follower(v.db, v.vgroup, v.in_sync)
+            vnodes = [v for v in vnodes if v.retry_at <= now]
         if not vnodes:
             return True
         unfinished = [v for v in vnodes if v.cut_unfinished]
@@ -326,6 +341,9 @@ class ReplicaFetcher:
                     answer.entries_epoch))
             known, v.high_watermark = v.high_watermark, max(v.high_watermark, min(answer.high_watermark, end))
             v.lag = max(0, answer.high_watermark - end)  # (Kafka's FetcherLagMetrics: the HW minus the next offset)
+            v.in_sync = v.lag == 0
+            if self.traffic is not None and answer.entries:
+                self.traffic.copied(v.db, v.db_id, v.vgroup, len(answer.entries))
             if v.high_watermark > known:  # consumers' long polls on this follower (KIP-392) read what it now serves
                 await self.storage.call_on(frozenset([v.key]), functools.partial(self.engine.store.records_visible,
                                                                                  v.key))

@@ -22,7 +22,12 @@ change: :class:`~walgate.gateway.replicas.ReplicaManager`) and counted by pure f
   leader not registered under the broker epoch its ISR entry names (its lease ran out or it restarted, and the
   controller has not moved leadership yet), over every partition state the node follows, against the registrations
   its membership last read (Kafka's ``KafkaController`` OfflinePartitionsCount, which only the active controller
-  reports; 0 on the other nodes).
+  reports; 0 on the other nodes); and the moves of replicas it completed (KIP-455; ``Reconciler.moves_completed``:
+  Kafka counts none, so the name is walgate's);
+* the replication traffic (:class:`~walgate.gateway.replication_traffic.ReplicationTraffic`): entry bytes answered
+  to followers and copied from leaders, and those of replicas a move is adding (BrokerTopicMetrics'
+  Replication/ReassignmentBytesOut/InPerSec of all topics, as counters), and each replication throttle's rate (the
+  ``LeaderReplication`` / ``FollowerReplication`` ``byte-rate`` of Kafka's ``ReplicationQuotaManager``, KIP-73).
 
 Names are the JMX exporter's rendering of those MBeans (:mod:`walgate.gateway.metrics`); a vnode is labelled by its
 ``database`` (a Kafka-native topic's is the topic's ``kafka_*`` database) and ``vgroup``.
@@ -35,8 +40,9 @@ still lacks, so a rolling restart waits for it before stopping the next node.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -44,10 +50,11 @@ from prometheus_client.registry import Collector
 from walgate.cluster.partition_codec import PartitionId
 from walgate.cluster.partition_states import Reconciler
 from walgate.gateway.replicas import ReplicaManager
+from walgate.gateway.replication_traffic import TrafficCounts
 from walgate.replication.partition import PartitionState, leader_live, same_incarnation
 
 __all__ = ["FollowedLag", "ReplicaCensus", "ReplicationCollector", "census", "offline", "replicas_check",
-           "not_in_sync", "out_of_isr", "replication_metrics"]
+           "not_in_sync", "out_of_isr", "replication_metrics", "traffic_metrics"]
 
 FETCHER_MANAGER = "Replica"
 """The ``clientId`` of Kafka's ``ReplicaFetcherManager`` MaxLag."""
@@ -81,6 +88,9 @@ class ReplicaCensus:
     isr_expands: int
     controller: bool
     unclean_elections: int = 0
+    moves_completed: int = 0
+    traffic: TrafficCounts = field(default_factory=TrafficCounts)
+    byte_rates: tuple[float, float] = (0.0, 0.0)  # the leader's and the follower's replication quota's rate
 
     def name(self, pid: PartitionId) -> str:
         """``database/vgroup`` of ``pid`` where this node leads or follows it, else ``<database id>/vgroup``."""
@@ -99,7 +109,9 @@ def census(manager: ReplicaManager, reconciler: Reconciler | None) -> ReplicaCen
                          {pid: (led.key[0], led.view.state) for pid, led in manager.led.items()}, followed,
                          dict(manager.registered()), manager.states.isr_shrinks, manager.states.isr_expands,
                          reconciler is not None and reconciler.election.epoch is not None,
-                         0 if reconciler is None else reconciler.unclean_elections)
+                         0 if reconciler is None else reconciler.unclean_elections,
+                         0 if reconciler is None else reconciler.moves_completed,
+                         dataclasses.replace(manager.traffic.counts), manager.traffic.byte_rates())
 
 
 def not_in_sync(c: ReplicaCensus) -> list[PartitionId]:
@@ -137,6 +149,23 @@ def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
     return GaugeMetricFamily(name, doc, value=value)
 
 
+def traffic_metrics(counts: TrafficCounts, byte_rates: tuple[float, float]) -> Iterator[Metric]:
+    """The replication traffic's families: Kafka's BrokerTopicMetrics meters of all topics as counters, and the
+    replication quotas' ``byte-rate`` (KIP-73)."""
+    for name, doc, value in (
+            ("replicationbytesout", "WAL entry bytes this node answered followers", counts.replication_out),
+            ("replicationbytesin", "WAL entry bytes this node copied from leaders", counts.replication_in),
+            ("reassignmentbytesout", "WAL entry bytes this node answered replicas a move is adding",
+             counts.reassignment_out),
+            ("reassignmentbytesin", "WAL entry bytes this node copied as a replica a move is adding",
+             counts.reassignment_in)):
+        yield CounterMetricFamily(f"kafka_server_brokertopicmetrics_{name}", doc, value=value)
+    yield _gauge("kafka_server_leaderreplication_byte_rate", "Bytes/s of throttled replicas this node answered as "
+                 "leader (leader.replication.throttled.rate bounds it)", byte_rates[0])
+    yield _gauge("kafka_server_followerreplication_byte_rate", "Bytes/s of throttled replicas this node copied as "
+                 "follower (follower.replication.throttled.rate bounds it)", byte_rates[1])
+
+
 def replication_metrics(c: ReplicaCensus) -> Iterator[Metric]:
     """The families of ``c`` (the module docstring)."""
     led = sorted(c.led.items())
@@ -163,6 +192,9 @@ def replication_metrics(c: ReplicaCensus) -> Iterator[Metric]:
                  "by the controller (0 elsewhere)", offline(c) if c.controller else 0)
     yield CounterMetricFamily("kafka_controller_controllerstats_uncleanleaderelections", "Leaders this node's "
                               "controller elected from outside the ISR and the ELR", value=c.unclean_elections)
+    yield CounterMetricFamily("walgate_controller_reassignments_completed", "Moves of replicas (KIP-455) this node's "
+                              "controller completed", value=c.moves_completed)
+    yield from traffic_metrics(c.traffic, c.byte_rates)
     yield _labelled("kafka_cluster_partition_underreplicated", "1 when the vgroup led here is under-replicated",
                     ((d, p, int(len(s.isr) < len(s.original))) for p, (d, s) in led))
     yield _labelled("kafka_cluster_partition_insyncreplicascount", "ISR members of the vgroup led here",

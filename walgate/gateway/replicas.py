@@ -15,7 +15,8 @@ the order etcd reports them, the vnode's calls on its lane:
   expand by followers caught up under their registered broker epoch) is written with
   :meth:`PartitionStates.alter_isr <walgate.cluster.partition_states.PartitionStates.alter_isr>`; refused because
   the state moved on, the state read back is taken and the next round proposes again; refused because this node no
-  longer leads (FENCED_LEADER_EPOCH) or is fenced (STALE_BROKER_EPOCH), it stops leading;
+  longer leads (FENCED_LEADER_EPOCH) or is fenced (STALE_BROKER_EPOCH), it stops leading, and once it holds its
+  lease again applies its newest state again if etcd still holds that very state (:meth:`_relead`);
 * **follow** ``state.leader`` in ``state.leader_epoch``: one :class:`~walgate.gateway.replica_fetcher.ReplicaFetcher`
   per leader node, each over a :class:`~walgate.gateway.kafka.node_links.NodeLinks` of its own (a long-polling
   WalFetch must not hold up other requests to that node); a vnode moves between fetchers as its leader changes, and
@@ -69,6 +70,7 @@ from walgate.cluster.partition_states import PartitionStates
 from walgate.gateway.kafka.node_links import NodeLinks
 from walgate.gateway.purgatory import Purgatory
 from walgate.gateway.replica_fetcher import FollowedVnode, ReplicaFetcher, finish_cut
+from walgate.gateway.replication_traffic import ReplicationTraffic
 from walgate.gateway.storage_thread import StorageThread
 from walgate.replication.leader import LeaderView
 from walgate.replication.partition import NO_LEADER, PartitionState, leads
@@ -246,9 +248,12 @@ class ReplicaManager:
         # the states to apply, in order; None: the catalog changed (let go of the vnodes of databases dropped)
         self._changes: asyncio.Queue[tuple[PartitionId, PartitionState | None] | None] = asyncio.Queue()
         self._loop = asyncio.get_running_loop()
+        self._releads: set[asyncio.Task[None]] = set()  # fenced leaders' states to apply again (:meth:`_relead`)
         # told (on the event loop) each vnode this node begins to lead, with its leader epoch, and each it stops
         # leading (None): the coordinators load and drop the partitions of their internal topic so
         self.leadership: list[Callable[[VnodeKey, int | None], None]] = []
+        # the replication throttles and byte counts (KIP-73) of its fetchers and of the WalFetch answers it leads
+        self.traffic = ReplicationTraffic(node_id, engine.topics, self.state_of)
 
     # ------------------------------------------------------------ LedVnodes (WalFetch's handler, on the lane)
 
@@ -486,7 +491,8 @@ class ReplicaManager:
         if fetching is None:
             links = self.links()
             fetcher = ReplicaFetcher(self.node_id, self.broker_epoch, state.leader, links, self.storage,
-                                     self.engine, max_wait_ms=self.fetch_wait_ms, backoff_s=self.backoff_s)
+                                     self.engine, max_wait_ms=self.fetch_wait_ms, backoff_s=self.backoff_s,
+                                     traffic=self.traffic)
             fetching = self.fetching[state.leader] = _Fetching(
                 fetcher, links, asyncio.create_task(fetcher.run(), name=f"walgate-fetch-{state.leader}"))
         fetching.fetcher.follow(vnode)
@@ -622,12 +628,44 @@ class ReplicaManager:
                             led.key[0], outcome.error.name)
                 await self.storage.call_on(frozenset([led.key]), functools.partial(self._freeze, led.key))
                 await self._resign(pid)
+                if outcome.error is ErrorCode.stale_broker_epoch:
+                    task = self._loop.create_task(self._relead(pid), name=f"walgate-relead-{pid.db_id}-{pid.vgroup}")
+                    self._releads.add(task)
+                    task.add_done_callback(self._releads.discard)
                 return
             log.info("vnode %d of database %s: ISR %s %s", led.key[1], led.key[0],
                      [m.replica for m in proposal.isr], "written" if outcome.error is None else
                      f"refused ({outcome.error.name}), state read again")
             await self.storage.call_on(frozenset([led.key]), functools.partial(self._altered, led, outcome.state,
                                                                                outcome.error is not None))
+
+    async def _relead(self, pid: PartitionId) -> None:
+        """After this node stopped leading ``pid`` because its ISR change found it fenced (STALE_BROKER_EPOCH: its
+        registration was gone or changed when the change was checked, its lease lapsed under load): once it holds
+        its lease again, ``pid``'s state is read from etcd and, when it is the very state the watch reported last,
+        applied again. The controller elects another leader only if it saw the registration lapse; one that read
+        the membership only after the node registered again (a broker epoch names the process, so it is the same)
+        leaves the state naming this node, and no later change would end the partition's leaderlessness: it then
+        leads again in that epoch, as after a restart. A state read that differs from the watch's means the watch
+        has a newer change to deliver (another leader elected meanwhile, say), which is applied as it comes: the
+        state cached then is never applied, as it may name this node leader of an epoch another node leads now.
+        Until the read succeeds (etcd unavailable), it is retried every ``backoff_s``; a change the watch applies
+        meanwhile (this node leads or follows ``pid`` again) ends it."""
+        while True:
+            await asyncio.sleep(self.backoff_s)
+            if pid in self.led or pid in self.following:
+                return
+            if not self.lease_held():
+                continue
+            try:
+                now = await self.states.read(pid)
+            except ControlPlaneUnavailable:
+                continue
+            if now is not None and now == self.states.states.get(pid):
+                log.info("vnode %d of database %s: the state etcd holds still names leader %d in epoch %d: applied "
+                         "again", pid.vgroup, pid.db_id, now.leader, now.leader_epoch)
+                self._changes.put_nowait((pid, now))
+            return
 
     def _altered(self, led: _Led, state: PartitionState | None, refused: bool) -> None:
         if refused:
@@ -640,6 +678,8 @@ class ReplicaManager:
         led or followed keeps the visible version it has now, written as its high watermark checkpoint."""
         keys = [led.key for led in self.led.values()] + [
             key for f in self.fetching.values() for key in f.fetcher.followed]
+        for task in self._releads:
+            task.cancel()
         for pid in list(self.led):
             await self._resign(pid)
         tasks = [f.task for f in self.fetching.values()]

@@ -57,7 +57,7 @@ from walgate.storage.insert_routing import Part, format_positions
 from walgate.storage.select_merge import ARROW_STREAM
 
 __all__ = ["FORWARDED", "FORWARD_TIMEOUT_S", "HERE", "ROWS_HEADER", "SCAN", "TABLES", "TABLES_PATH", "Caller", "Outcome",
-           "PartsBudget", "answer", "merge_rows", "parse_tables", "select_here", "select_part", "select_timeout",
+           "PartsBudget", "SelectPart", "answer", "merge_rows", "parse_tables", "select_here", "select_part", "select_timeout",
            "send", "tables_exist"]
 
 log = logging.getLogger(__name__)
@@ -73,7 +73,11 @@ SCAN = "scan"
 """The :data:`FORWARDED` header's positions of a SELECT merged from scanned rows (then ``;<now>``:
 :func:`select_part`): the rows of the node's vgroups that pass WHERE, answered as an Arrow IPC stream
 (:mod:`walgate.storage.select_merge`)."""
-_SELECT_PART = re.compile(f"({HERE}|{SCAN})(?:;(0|[1-9][0-9]{{0,18}}))?")  # a SELECT's part and its ``now``
+_VGROUP = "(?:0|[1-9][0-9]{0,5})"
+_NOW = "(0|[1-9][0-9]{0,18})"
+_VGROUPS = f"((?:{_VGROUP}(?:,{_VGROUP})*)?)"
+_SELECT_PART = re.compile(  # a SELECT's part, its ``now`` and its vgroups (:func:`select_part`)
+    f"({HERE}|{SCAN})(?:;{_NOW}?;{_VGROUPS}|;{_NOW})?")
 TABLES_PATH = "/cluster/v1/tables"
 """Where a node asks another which tables exist there (:func:`tables_exist`), before a statement spanning nodes does
 anything: a DROP TABLE list is checked whole, a new supertable's name against the tables of its name's node."""
@@ -221,13 +225,32 @@ async def _post(url: str, node: int, path: str, params: dict[str, str] | None, b
         return response.status, response.headers.get(ROWS_HEADER), await response.json(content_type=None)
 
 
+@dataclass(frozen=True)
+class SelectPart:
+    """One node's part of a SELECT or SHOW TABLES merged over nodes, as the :data:`FORWARDED` header names it
+    (:func:`select_part`): ``scan``: the scanned rows that pass WHERE (:data:`SCAN`, Arrow IPC), else the answer
+    (:data:`HERE`); ``now_ns``: the instant its ``now`` is read at (ns since the epoch; None: the node's clock, and
+    for a SHOW TABLES); ``vgroups``: exactly the vgroups it reads, which the node asked routed to it (None: those it
+    serves, as the node asked of the version before sent it)."""
+
+    scan: bool = False
+    now_ns: int | None = None
+    vgroups: tuple[int, ...] | None = None
+
+    def positions(self) -> str:
+        """The header's positions naming this part: ``here`` or ``scan``, then ``;<now ns>`` (empty when None), then
+        ``;<vgroup>,<vgroup>...``."""
+        now = "" if self.now_ns is None else f";{self.now_ns}"
+        if self.vgroups is not None:
+            now = f"{now or ';'};{','.join(map(str, self.vgroups))}"
+        return (SCAN if self.scan else HERE) + now
+
+
 async def select_here(node: int, url: str | None, path: str, sql: bytes, sender: int, caller: Caller,
-                      timeout: float | None = FORWARD_TIMEOUT_S, part: str = HERE,
-                      budget: PartsBudget | None = None,
-                      now_ns: int | None = None) -> tuple[int, dict[str, Any] | bytes]:
-    """Node ``node``'s part of the SELECT (or ``SHOW TABLES``) ``sql`` (``part``: :data:`HERE`, its answer over the
-    vgroups placed on it; :data:`SCAN`, their scanned rows; a SELECT's ``now`` read at ``now_ns``, sent with the part:
-    :func:`select_part`; None for a SHOW TABLES), asked at ``path`` of its HTTP API at ``url`` (None: not
+                      timeout: float | None = FORWARD_TIMEOUT_S, part: SelectPart = SelectPart(),
+                      budget: PartsBudget | None = None) -> tuple[int, dict[str, Any] | bytes]:
+    """Node ``node``'s ``part`` of the SELECT (or ``SHOW TABLES``) ``sql`` (:class:`SelectPart`: its answer over the
+    vgroups routed to it, or their scanned rows, its ``now``), asked at ``path`` of its HTTP API at ``url`` (None: not
     registered now) by node ``sender`` for ``caller``: the HTTP status and the JSON answer, TDengine-REST's (a 200 of
     a :data:`SCAN`: the bytes of an Arrow IPC stream, read within ``budget``: past it, a 400 LimitExceeded); an
     owner that cannot be reached, does not answer within ``timeout`` seconds (None: no limit) or answers what is not
@@ -238,45 +261,47 @@ async def select_here(node: int, url: str | None, path: str, sql: bytes, sender:
     if url is None:
         return failed("is not registered in the cluster now (down, or not back yet)")
     try:
-        positions = part if now_ns is None else f"{part};{now_ns}"
-        status, _, answered = await _post(url, node, path, None, sql, f"{sender};{positions}", caller, timeout, budget)
+        status, _, answered = await _post(url, node, path, None, sql, f"{sender};{part.positions()}", caller, timeout,
+                                          budget)
     except LimitExceeded as e:
         return 400, {"code": e.code, "desc": f"node {node}: {e.message}"}
     except aiohttp.ClientConnectorError as e:
         return failed(f"({url}) cannot be reached: {e.os_error.strerror or e}")
     except (TimeoutError, aiohttp.ClientError, ValueError) as e:
         return failed(f"({url}) gave no answer ({type(e).__name__}: {e})")
-    if status == 200 and part == SCAN and isinstance(answered, bytes):
+    if status == 200 and part.scan and isinstance(answered, bytes):
         return status, answered
-    if not _walgate_answer(status, answered, part):
+    if not _walgate_answer(status, answered, part.scan):
         return failed(f"({url}) answered HTTP {status} with what is not walgate's: {str(answered)[:200]}")
     return status, answered
 
 
-def select_part(positions: str) -> tuple[str, int | None] | None:
-    """The part (:data:`HERE` or :data:`SCAN`) and the instant of ``now`` (ns since the epoch, below 2^63) that the
-    :data:`FORWARDED` header's ``positions`` name for a SELECT (``here;<ns>``, ``scan;<ns>``, as :func:`select_here`
-    sends them: every node reads the query's ``now`` at the instant the node asked fixed; a bare ``here`` or
-    ``scan``, as a node of the version before sends them: None, this node's clock, rv7 R7-4); None when they are not
-    of that form."""
+def select_part(positions: str) -> SelectPart | None:
+    """The part that the :data:`FORWARDED` header's ``positions`` name (:meth:`SelectPart.positions`, as
+    :func:`select_here` sends them: ``here`` or ``scan``; the instant of ``now`` in ns since the epoch, below 2^63, at
+    which every node reads the query's ``now``; the vgroups routed to the node, each read by that one node only), or
+    None when they are not of that form. Parts a node of a version before sends: a bare ``here`` or ``scan``, its
+    ``now`` this node's clock (rv7 R7-4), and without vgroups, read over every vgroup this node serves."""
     found = _SELECT_PART.fullmatch(positions)
     if found is None:
         return None
-    if found[2] is None:
-        return found[1], None
-    return (found[1], int(found[2])) if int(found[2]) < 2**63 else None
+    now = found[2] if found[2] is not None else found[4]
+    vgroups = None if found[3] is None else tuple(int(v) for v in found[3].split(",") if v)
+    if (now is not None and int(now) >= 2**63) or (vgroups is not None and len(set(vgroups)) != len(vgroups)):
+        return None
+    return SelectPart(found[1] == SCAN, None if now is None else int(now), vgroups)
 
 
-def _walgate_answer(status: int, answered: Any, part: str) -> bool:
-    """Whether ``answered``, a node's JSON answer of HTTP ``status`` to its ``part`` of a SELECT (:data:`HERE` or
-    :data:`SCAN`, whose 200 is no JSON), is one walgate gives: an object, whose ``code`` (when it has one) is an
-    integer; a 200's ``data`` rows, each a list, with their ``column_meta``, a list."""
+def _walgate_answer(status: int, answered: Any, scan: bool) -> bool:
+    """Whether ``answered``, a node's JSON answer of HTTP ``status`` to its part of a SELECT (``scan``: of scanned
+    rows, whose 200 is no JSON), is one walgate gives: an object, whose ``code`` (when it has one) is an integer; a
+    200's ``data`` rows, each a list, with their ``column_meta``, a list."""
     if not isinstance(answered, dict) or type(answered.get("code", 0)) is not int:
         return False
     if status != 200:
         return True
     data = answered.get("data")
-    return (part != SCAN and isinstance(data, list) and all(isinstance(row, list) for row in data)
+    return (not scan and isinstance(data, list) and all(isinstance(row, list) for row in data)
             and isinstance(answered.get("column_meta"), list))
 
 

@@ -26,6 +26,7 @@ ALTER USER u PASS '...'                            nothing when ``u`` is the pri
                                                    TDengine lets every user change its own password; another
                                                    user's: super users only (Kafka's AlterUserScramCredentials
                                                    keeps Kafka's rule, Alter on the cluster, for every user)
+REDISTRIBUTE / BALANCE VGROUP, DROP DNODE          super users only (TDengine: root), as any statement not listed
 (HTTP) line protocol / CSV into database d         Write on ``d.*``
 SHOW DATABASES / TOPICS / CONSUMERS / SUBSCRIPTIONS  nothing; :func:`visible` keeps the rows whose database
                                                    (``d.*``), topic and group the principal may Describe

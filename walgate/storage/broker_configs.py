@@ -37,8 +37,9 @@ a level that sets one name of a setting hides the others at the levels below it 
 :func:`synonyms_of` orders them for DescribeConfigs, :data:`STATIC_SYNONYMS` holds the static ones' defaults.
 
 What walgate acts on: the log configs (:data:`BROKER_SYNONYMS`) default the topic configs they are synonyms of
-(:mod:`.resource_configs`), and so act as those topic configs do (:mod:`.topic_configs`). Every other dynamic config
-is stored and described but changes nothing: walgate's threads, listeners, TLS and SASL are set when it starts —
+(:mod:`.resource_configs`), and so act as those topic configs do (:mod:`.topic_configs`); the replication throttles'
+rates bound a cluster node's replication traffic (:mod:`walgate.gateway.replication_traffic`, KIP-73). Every other
+dynamic config is stored and described but changes nothing: walgate's threads, listeners, TLS and SASL are set when it starts —
 except ``listeners``, ``advertised.listeners`` and ``listener.security.protocol.map``, which are refused
 (:data:`_FIXED`) because storing them would describe listeners walgate does not have.
 """

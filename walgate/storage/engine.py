@@ -23,7 +23,7 @@ round has steps left).
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, TypeVar
@@ -219,16 +219,20 @@ class Engine:
         return handler(stmt, db)
 
     def prepare_select(self, stmt: ast.Select, db: str | None = None, here_only: bool = False,
-                       scan: bool = False, now_ns: int | None = None) -> PreparedSelect:
+                       scan: bool = False, now_ns: int | None = None,
+                       vgroups: Collection[int] | None = None) -> PreparedSelect:
         """A SELECT bound to what its database serves now, to run on another thread or process
-        (:class:`PreparedSelect`); ``here_only``: this node's part of a merged SELECT, ``scan``: as its scanned rows,
-        ``now_ns``: the instant its ``now`` is read at (None: :attr:`clock` now) (:meth:`Selects.prepare`)."""
-        return self.selects.prepare(stmt, db, here_only, scan, now_ns)
+        (:class:`PreparedSelect`); ``here_only``: this node's part of a merged SELECT (``vgroups``: those the node
+        asked assigned here), ``scan``: as its scanned rows, ``now_ns``: the instant its ``now`` is read at (None:
+        :attr:`clock` now) (:meth:`Selects.prepare`)."""
+        return self.selects.prepare(stmt, db, here_only, scan, now_ns, vgroups)
 
-    def show_tables_here(self, stmt: ast.Show, db: str | None = None) -> Result:
-        """``SHOW [db.]TABLES`` over the vnodes placed on this node: its part of the listing of a database spread
-        over nodes, which the node asked merges (:meth:`Show.tables <walgate.storage.show.Show.tables>`)."""
-        return self.show.tables(stmt, db, here_only=True)
+    def show_tables_here(self, stmt: ast.Show, db: str | None = None,
+                         vgroups: Collection[int] | None = None) -> Result:
+        """``SHOW [db.]TABLES`` over the vnodes placed on this node (``vgroups``: those the node asked assigned
+        here): its part of the listing of a database spread over nodes, which the node asked merges
+        (:meth:`Show.tables <walgate.storage.show.Show.tables>`)."""
+        return self.show.tables(stmt, db, here_only=True, vgroups=vgroups)
 
     def recheck(self, db: str, damaged: list[tuple[int, int]]) -> None:
         """Report the damage a :class:`PreparedSelect` run over ``db`` found (``(vnode index, version)``)."""

@@ -15,7 +15,7 @@ query worker process, so a long query holds neither the engine's thread nor its 
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,11 +59,12 @@ class Selects:
             self.recheck(prepared.db, damaged)
 
     def prepare(self, s: ast.Select, session: str | None, here_only: bool = False,
-                scan: bool = False, now_ns: int | None = None) -> PreparedSelect:
+                scan: bool = False, now_ns: int | None = None, vgroups: Collection[int] | None = None) -> PreparedSelect:
         """``s`` compiled and bound to what its source's vnodes serve now, to be run on any thread or process
         (:class:`PreparedSelect`); call on the engine's thread. ``here_only`` (cluster mode: this node's part of a
         SELECT whose database is spread over nodes, merged by the node asked): over the vnodes placed on this node
-        alone, and either a plain query (:attr:`Query.plain <walgate.storage.query.Query.plain>`), whose rows are
+        alone (``vgroups``: exactly those the node asked assigned here, :meth:`Store.vnodes_here
+        <walgate.storage.store.Store.vnodes_here>`), and either a plain query (:attr:`Query.plain <walgate.storage.query.Query.plain>`), whose rows are
         the concatenation of every vnode's, or with ``scan`` the scanned rows the node asked merges
         (:meth:`PreparedSelect.scan_rows`); any other is refused (:class:`Unsupported`). ``now`` / ``today()`` in
         the query are read at ``now_ns`` (ns since the epoch; None: the engine's clock now): a node's part of a merged
@@ -80,7 +81,7 @@ class Selects:
         ev = self.views.compile(db, "select", s.source.name, False, s.items if q.plain else None, q.where)
         sources = []
         # never a partial answer: NotHere when a vgroup is elsewhere, unless this node's part is asked for
-        vnodes = self.store.vnodes_here(db) if here_only else self.store.all_vnodes(db)
+        vnodes = self.store.vnodes_here(db, vgroups) if here_only else self.store.all_vnodes(db)
         for vnode in vnodes:
             tags = {ev.source: self.store.tag_tables(vnode)(ev.source, None)} if ev.stable is not None else {}
             sources.append((vnode.wal.snapshot(), tags))

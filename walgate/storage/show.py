@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from walgate.storage.errors import Unsupported
@@ -95,15 +96,18 @@ class Show:
             return self._quarantine()
         raise Unsupported(f"SHOW {what} is not supported")
 
-    def tables(self, s: ast.Show, session: str | None, here_only: bool = False) -> Result:
+    def tables(self, s: ast.Show, session: str | None, here_only: bool = False,
+               vgroups: Collection[int] | None = None) -> Result:
         """``SHOW [db.]TABLES``: every table of the database, sorted; ``here_only`` (cluster mode): those of the
-        vnodes placed on this node, else :class:`NotHere` when a vgroup is elsewhere (never a partial list)."""
+        vnodes placed on this node (``vgroups``: exactly those the node asked assigned here, :meth:`Store.vnodes_here
+        <walgate.storage.store.Store.vnodes_here>`), else :class:`NotHere` when a vgroup is elsewhere (never a
+        partial list)."""
         store = self.store
         db = store.resolve_db(s.db, session)
         cols = [("table_name", "VARCHAR", 192), ("db_name", "VARCHAR", 64), ("create_time", "TIMESTAMP", 8), ("columns", "INT", 4),
                 ("stable_name", "VARCHAR", 192), ("vgroup_id", "INT", 4), ("type", "VARCHAR", 21)]
         rows = []
-        for vnode in store.vnodes_here(db) if here_only else store.all_vnodes(db):
+        for vnode in store.vnodes_here(db, vgroups) if here_only else store.all_vnodes(db):
             for t in vnode.tables():
                 if t.dropped:
                     continue

@@ -270,14 +270,39 @@ class Store:
             self.written_vnode(db.name, missing)
         return vnodes
 
-    def vnodes_here(self, db: DatabaseDef) -> list[Vnode]:
+    def vnodes_here(self, db: DatabaseDef, vgroups: Collection[int] | None = None) -> list[Vnode]:
         """The vnodes of ``db`` this node serves reads of (StorageUnavailable while they are not open yet): those
         placed here, or of a replicated vgroup those it leads now (never a follower's copy, behind the high
-        watermark): what a query merged over the nodes reads here, each vgroup on one node only."""
+        watermark): what a query merged over the nodes reads here, each vgroup on one node only.
+
+        ``vgroups``: exactly those, as the node asked assigned them from the leaders it read; each must be one this
+        node serves now, else :class:`NotLedNow` (replicated: its leadership moved since, or is moving) or
+        :class:`NotHere` (one copy, placed elsewhere), never fewer rows: a node that no longer leads a vgroup the
+        node asked counts on it would otherwise leave the vgroup's rows out of the merged answer, and one that
+        leads it already while its predecessor still does would count them twice (None: every vnode served here,
+        a node of the version before asking)."""
         local = self.catalog.node_id
-        if db.replication_factor > 1:
-            return [v for v in self._opened(db.name) if v.wal.leading]
-        return [v for v in self._opened(db.name) if db.node_of(v.index, local) == local]
+        opened = self._opened(db.name)
+        if vgroups is None:
+            if db.replication_factor > 1:
+                return [v for v in opened if v.wal.leading]
+            return [v for v in opened if db.node_of(v.index, local) == local]
+        by_index = {v.index: v for v in opened}
+        served = []
+        for index in sorted(vgroups):
+            if not 0 <= index < db.vgroups:
+                raise InvalidValue(f"database {db.name} has no vgroup {index} (it has {db.vgroups})")
+            vnode = by_index.get(index)
+            if db.replication_factor > 1 and (vnode is None or not vnode.wal.leading):
+                raise NotLedNow(f"Sync leader is unreachable: vgroup {index} of database {db.name} is not led by "
+                                f"this node ({local}) now (its leadership is moving): retry the query",
+                                db.node_of(index, local), db.name, db.id, index)
+            if vnode is None or (db.replication_factor == 1 and db.node_of(index, local) != local):
+                node = db.node_of(index, local)
+                raise NotHere(f"vgroup {index} of database {db.name} is on node {node}, not on this node ({local})",
+                              node)
+            served.append(vnode)
+        return served
 
     def _opened(self, db: str) -> list[Vnode]:
         vnodes = self.vnodes.get(db)

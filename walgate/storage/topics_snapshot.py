@@ -20,7 +20,7 @@ import uuid
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from walgate.storage.resource_configs import GROUP
+from walgate.storage.resource_configs import BROKER, GROUP
 
 if TYPE_CHECKING:
     from walgate.storage.catalog import DatabaseDef, TopicDef
@@ -31,7 +31,7 @@ __all__ = ["TopicsSnapshot", "EMPTY"]
 class TopicsSnapshot:
     """Topics, their partition counts, kinds and Kafka topic ids at one catalog ``generation``."""
 
-    __slots__ = ("generation", "_topics", "_databases", "_served", "_configs", "_by_id", "_replicated")
+    __slots__ = ("generation", "_topics", "_databases", "_served", "_configs", "_by_id", "_replicated", "_native")
 
     def __init__(self, generation: int, topics: Mapping[str, TopicDef], databases: Mapping[str, DatabaseDef],
                  served: frozenset[str], configs: Mapping[tuple[str, str], Mapping[str, str]]) -> None:
@@ -44,10 +44,22 @@ class TopicsSnapshot:
         self._configs = dict(configs)
         self._by_id: dict[uuid.UUID, str] | None = None
         self._replicated: bool | None = None
+        self._native: dict[str, TopicDef] | None = None
 
     def group_configs(self, group_id: str) -> dict[str, str]:
         """The dynamic configs stored for consumer group ``group_id`` (IncrementalAlterConfigs GROUP)."""
         return dict(self._configs.get((GROUP, group_id), {}))
+
+    def broker_configs(self, name: str) -> dict[str, str]:
+        """The dynamic configs stored for broker ``name`` (a node id; "": the cluster-wide defaults)."""
+        return dict(self._configs.get((BROKER, name), {}))
+
+    def native_topic_of(self, db: str) -> TopicDef | None:
+        """The Kafka-native topic database ``db`` holds (None: it holds none); its map built once per snapshot."""
+        native = self._native
+        if native is None:  # two threads may both build it: the same value, one kept
+            native = self._native = {t.db: t for t in self._topics.values() if t.kind == "kafka"}
+        return native.get(db)
 
     def __contains__(self, topic: object) -> bool:
         return topic in self._topics

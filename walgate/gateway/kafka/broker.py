@@ -40,6 +40,7 @@ from walgate.gateway.kafka.transactions import TransactionService
 from walgate.gateway.kafka.wakeups import FetchWakeups
 from walgate.gateway.listeners import ListenerInfo
 from walgate.gateway.quotas import ClientQuotas
+from walgate.gateway.replication_traffic import ReplicationTraffic
 from walgate.gateway.shared_catalog import SharedCatalog
 from walgate.gateway.storage_thread import StorageThread
 from walgate.security.authorizer import Authorizer
@@ -80,6 +81,8 @@ class Broker:
     shared: SharedCatalog | None = None  # cluster mode: every call is staged, its shared catalog changes published
     coordinators: GroupCoordinators | None = None  # cluster mode: which node coordinates each group (None: this one)
     led: LedVnodes | None = None  # the vnodes this node leads with followers (WalFetch; None: none)
+    # what WalFetch answers are throttled by and counted in (KIP-73; None: no throttle, nothing counted)
+    replication_traffic: ReplicationTraffic | None = None
     links: NodeLinks | None = None  # cluster mode: Kafka requests to the other nodes (node_links)
     # replica.selector.class (KIP-392): where a replicated partition's leader sends consumers to read (None: none)
     replica_selector: str | None = None

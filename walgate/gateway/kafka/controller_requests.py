@@ -11,10 +11,11 @@ from walgate.cluster.elections import ElectionRequest, ask
 from walgate.cluster.model import ControlPlaneError
 from walgate.cluster.partition_codec import PartitionId
 from walgate.cluster.reassignments import ReassignmentRequest
+from walgate.gateway.cluster_member import ClusterMember
 from walgate.gateway.kafka.broker import Broker
 from walgate.wire.errors import ErrorCode
 
-__all__ = ["NotAnswered", "ask_controller"]
+__all__ = ["NotAnswered", "ask_controller", "ask_through"]
 
 
 class NotAnswered(NamedTuple):
@@ -26,10 +27,17 @@ class NotAnswered(NamedTuple):
 
 async def ask_controller(broker: Broker, request: ElectionRequest | ReassignmentRequest, timeout_s: float,
                          what: str) -> dict[PartitionId, ErrorCode] | NotAnswered:
+    """The controller's answer per partition to ``request`` asked through ``broker``'s cluster membership
+    (:func:`ask_through`)."""
+    return await ask_through(broker.cluster, request, timeout_s, what)
+
+
+async def ask_through(member: ClusterMember | None, request: ElectionRequest | ReassignmentRequest, timeout_s: float,
+                      what: str) -> dict[PartitionId, ErrorCode] | NotAnswered:
     """The controller's answer per partition to ``request`` (``what``: "elections", "replica moves", for the
-    messages), or :class:`NotAnswered` when this node is not registered, the controller did not answer within
-    ``timeout_s`` (no controller, no etcd quorum: what it did meanwhile stands) or etcd refused the question."""
-    member = broker.cluster
+    messages), asked on ``member``'s registration (the Kafka APIs and the SQL statements alike), or
+    :class:`NotAnswered` when this node is not registered, the controller did not answer within ``timeout_s`` (no
+    controller, no etcd quorum: what it did meanwhile stands) or etcd refused the question."""
     lease = None if member is None or member.registration is None else member.registration.lease_id
     if member is None or lease is None:
         return NotAnswered(ErrorCode.request_timed_out, "This node is not registered in its cluster now")

@@ -40,8 +40,9 @@ Replicated transaction coordinators (a cluster with ``replication.enable``; docs
 a transactional id's coordinator is the leader of its ``__consumer_offsets`` partition
 (:mod:`.coordinator_replicas`), and its state is that partition's records (``["t", id]``), written as the group
 coordinator's are: queued, one batch per round, applied in memory at once but answered only once the in-sync
-replicas hold it; a round they refused takes back what its writes changed (:meth:`TransactionService._restore`:
-Kafka's coordinator keeps a pending state until its append is acknowledged). TxnOffsetCommit's offsets are always
+replicas hold it; a round they refused takes back what its writes changed
+(:meth:`.transaction_logs.PartitionLogs.restore`: Kafka's coordinator keeps a pending state until its append is
+acknowledged). TxnOffsetCommit's offsets are always
 held by the group's partition (records ``["h", id]``, a proxy :class:`~walgate.coordinator.transactions.Txn`), also
 when this node coordinates the id: they move with the group's partition, and the transaction's marker for that
 partition ends them here as another node's marker does (:meth:`TransactionService.end_proxies`). A node that begins
@@ -67,11 +68,10 @@ orphans.
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
-from typing import Any, Final, TypeVar
+from typing import Final, TypeVar
 
 from walgate.cluster.model import ControlPlaneError
 from walgate.coordinator.offsets import OffsetCommitRecord
@@ -84,13 +84,12 @@ from walgate.coordinator.transactions import (
     TransactionCoordinator,
     Txn,
     TxnState,
-    merge_proxies,
-    proxy_part,
 )
 from walgate.gateway.kafka.group_coordinators import GroupCoordinators
 from walgate.gateway.kafka.groups import now_ms
 from walgate.gateway.kafka.led_vnodes import LedVnodes
 from walgate.gateway.kafka.node_links import NodeLinks, NodeUnreachable
+from walgate.gateway.kafka.transaction_logs import OneFile, PartitionLogs, TransactionLogs
 from walgate.gateway.kafka.txn_remote import add_offsets, add_partitions, write_markers
 from walgate.gateway.storage_thread import StorageThread
 from walgate.replication.partition import NO_LEADER
@@ -100,7 +99,6 @@ from walgate.storage.errors import NotFound, NotHere, StorageUnavailable
 from walgate.storage.led_appends import LedAppend, recording
 from walgate.storage.producers import ProducerIds
 from walgate.storage.replicated_coordinator_log import OFFSETS_TOPIC, ReplicatedTransactionLog
-from walgate.storage.transactions_log import TRANSACTIONS_LOG, TransactionLog
 from walgate.wire.errors import ErrorCode
 
 __all__ = ["TransactionService", "COORDINATOR_EPOCH", "abortable_for_version", "for_version",
@@ -193,9 +191,9 @@ class TransactionService:
         cluster mode: ``coordinators`` places transactional ids as groups, ``links`` reaches the other nodes, ``led``
         the node's replica manager (None until it runs): a replicated partition's marker goes to its leader and
         counts once its in-sync replicas hold it; ``replicated``: the states are kept in the coordinator partitions
-        this node leads (a replicated cluster: "Replicated transaction coordinators" in the module docstring)."""
+        this node leads (:class:`.PartitionLogs`; a replicated cluster: "Replicated transaction coordinators" in the
+        module docstring), else in one file (:class:`.OneFile`)."""
         self.coordinators = coordinators
-        self.replicated = replicated
         coordinator.kept_apart = replicated
         self.links = links
         self._led = led
@@ -204,10 +202,8 @@ class TransactionService:
         self.storage = storage
         self._engine = engine  # its markers on the storage lane; its topics snapshot, producer ids, offsets on the lane
         self._offsets = EngineOffsetStore(engine)
-        self._log: TransactionLog | None = None  # the file (not replicated)
-        # replicated: by coordinator partition led and loaded, the transaction states and the held offsets
-        self._logs: dict[int, ReplicatedTransactionLog] = {}
-        self._held: dict[int, ReplicatedTransactionLog] = {}
+        self._logs: TransactionLogs = OneFile(engine, coordinator) if not replicated else PartitionLogs(
+            coordinator, lambda key: partition_for(key, self._placed().partitions), engine.damage_log)
         self._check_interval_ms = check_interval_ms
         self._completing: set[str] = set()  # transactional ids whose markers are being written
         self._orphans: list[Orphan] = []  # open transactions no transactional id runs (storage lane)
@@ -220,21 +216,6 @@ class TransactionService:
         self._written: dict[str, tuple[tuple[int, int, TxnState, int], set[tuple[str, int]]]] = {}
 
     # ------------------------------------------------------------------ lane parts
-
-    def _load(self) -> None:
-        """On the coordinator lane: the log, and the producer ids lifted above those it holds."""
-        engine = self._engine
-        tlog = TransactionLog.open(engine.data_dir / TRANSACTIONS_LOG, engine.damage_log, engine.syncs)
-        for tid, record in tlog.records.items():
-            try:
-                txn = Txn.from_record(tid, record)
-            except (KeyError, TypeError, ValueError) as exc:
-                engine.damage_log.report(tlog.path, 0, 0, f"transaction log: the state of {tid!r} does not read "
-                                         f"({exc!r}); it is forgotten", "skipped")
-                continue
-            self.coordinator.apply(tid, txn)
-            engine.producer_ids.at_least(txn.producer_id + 1)
-        self._log = tlog
 
     def _ongoing(self) -> dict[int, list[tuple[str, int]]]:
         """On the storage lane: the transactions partitions hold open, by producer id."""
@@ -286,63 +267,21 @@ class TransactionService:
         """On the coordinator lane: make ``changes`` (``proxy``: of offsets held for other nodes' transactions)
         durable, then apply them (StorageUnavailable: nothing changed). Replicated: the writes are queued to their
         coordinator partitions and applied at once; the lane call returns once the in-sync replicas hold them, or
-        raises StorageUnavailable, and what they changed is taken back (:meth:`_restore`)."""
+        raises StorageUnavailable, and what they changed is taken back (:meth:`.PartitionLogs.restore`)."""
         changes = list(changes)
-        if not self.replicated:
-            assert self._log is not None, "TransactionService.open() was not awaited"
-            self._log.append([(tid, None if txn is None else txn.to_record()) for tid, txn in changes])
-        else:
-            logs = self._held if proxy else self._logs
-            writes = self._partition_writes(changes, proxy)
-            missing = sorted(set(writes) - set(logs))
-            if missing:
-                raise StorageUnavailable(f"{OFFSETS_TOPIC} partitions {missing} are not led here now: the "
-                                         "transaction state is unchanged")
-            for p, records in writes.items():
-                logs[p].append(records)
+        self._logs.write(changes, proxy)
         for tid, txn in changes:
             self.coordinator.apply(tid, txn, proxy)
 
-    def _partition_of(self, key: str) -> int:
-        assert self.coordinators is not None
-        return partition_for(key, self.coordinators.partitions)
+    @property
+    def holds_own_offsets(self) -> bool:
+        """Whether TxnOffsetCommit's offsets for this node's groups are held apart also when this node coordinates
+        the transaction (replicated: they are records of the group's partition, :mod:`.transaction_logs`)."""
+        return self._logs.holds_own_offsets
 
-    def _in_partition(self, partition: int, key: str) -> bool:
-        return self._partition_of(key) == partition
-
-    def _partition_writes(self, changes: list[tuple[str, Txn | None]], proxy: bool
-                          ) -> dict[int, list[tuple[str, dict[str, Any] | None]]]:
-        """Replicated: the records of ``changes`` by coordinator partition: a transactional id's state in the
-        id's partition; offsets held for a transaction (``proxy``) in each of their groups' partitions, each
-        partition's record holding its groups' part (:func:`proxy_part`), a tombstone where the new state holds
-        none of the groups it held."""
-        out: dict[int, list[tuple[str, dict[str, Any] | None]]] = {}
-        for tid, txn in changes:
-            if not proxy:
-                out.setdefault(self._partition_of(tid), []).append((tid, None if txn is None else txn.to_record()))
-                continue
-            before = self.coordinator.proxies.get(tid)
-            held = {self._partition_of(g) for t in (before, txn) if t is not None for g in t.groups}
-            for p in sorted(held):
-                part = None if txn is None else proxy_part(txn, functools.partial(self._in_partition, p))
-                out.setdefault(p, []).append((tid, None if part is None else part.to_record()))
-        return out
-
-    def _restore(self, tlog: ReplicatedTransactionLog, tids: set[str]) -> None:
-        """On the coordinator lane, replicated: the in-sync replicas refused writes of ``tids`` to ``tlog`` (and so
-        every write of it not durable yet): what those changed in memory is taken back to what ``tlog`` holds (of
-        held offsets, the part of ``tlog``'s partition only: the other partitions' parts are theirs)."""
-        for tid in tids:
-            record = tlog.records.get(tid)
-            durable = None if record is None else Txn.from_record(tid, record)
-            if tlog.kind == "t":
-                self.coordinator.apply(tid, durable)
-                continue
-            current = self.coordinator.proxies.get(tid)
-            others = None if current is None else proxy_part(current,
-                                                             lambda g: not self._in_partition(tlog.partition, g))
-            self.coordinator.apply(tid, durable if others is None else
-                                   others if durable is None else merge_proxies(others, durable), proxy=True)
+    def _placed(self) -> GroupCoordinators:
+        assert self.coordinators is not None, "a replicated transaction coordinator is a cluster's"
+        return self.coordinators
 
     def _decided(self, decide: Callable[[TransactionCoordinator, Engine], Step]) -> Step:
         step = decide(self.coordinator, self._engine)
@@ -393,20 +332,24 @@ class TransactionService:
         state = None if led is None or vgroup is None else led.state_of(*vgroup)
         return placed if state is None or state.leader == NO_LEADER else state.leader
 
-    async def _offsets_elsewhere(self, txn: Txn) -> dict[int, list[tuple[str, int]]]:
-        """Cluster mode: the coordinator partitions (as :data:`OFFSETS_TOPIC` partitions) of the groups of ``txn``
-        that other nodes coordinate (replicated: all of them, this node's too), by node: those nodes hold the
-        offsets TxnOffsetCommit gave them, which a marker there ends (Kafka's marker in ``__consumer_offsets``)."""
+    async def _held_offsets(self, txn: Txn) -> tuple[dict[int, list[tuple[str, int]]], list[int]]:
+        """Cluster mode: the coordinator partitions of ``txn``'s groups that hold the offsets TxnOffsetCommit gave
+        them apart from ``txn``, which its marker ends (Kafka's marker in ``__consumer_offsets``): those of other
+        nodes, as :data:`OFFSETS_TOPIC` partitions by node (a marker is sent there), and this node's when it holds
+        its own groups' offsets apart too (:attr:`holds_own_offsets`; :meth:`end_proxies` ends them here)."""
         if self.coordinators is None or not txn.groups:
-            return {}
+            return {}, []
         placement = await self.coordinators.placement()
-        out: dict[int, list[tuple[str, int]]] = {}
+        elsewhere: dict[int, list[tuple[str, int]]] = {}
+        here: list[int] = []
         for group in sorted(txn.groups):
             node, partition = placement.owner(group), placement.partition(group)
-            if (self.replicated or node != self.coordinators.member.node_id) and (
-                    OFFSETS_TOPIC, partition) not in out.get(node, []):
-                out.setdefault(node, []).append((OFFSETS_TOPIC, partition))
-        return out
+            if node != self.coordinators.member.node_id:
+                if (OFFSETS_TOPIC, partition) not in elsewhere.setdefault(node, []):
+                    elsewhere[node].append((OFFSETS_TOPIC, partition))
+            elif self.holds_own_offsets and partition not in here:
+                here.append(partition)
+        return elsewhere, here
 
     async def _remote_markers(self, txn: Txn, elsewhere: Mapping[int, list[tuple[str, int]]],
                               written: set[tuple[str, int]]) -> None:
@@ -466,8 +409,7 @@ class TransactionService:
         once due), finish the transactions a stop left decided, start the periodic check. Replicated: the states
         come with the coordinator partitions this node leads (:meth:`install`), and no transaction a partition
         holds open is an orphan (its coordinator may be any node, which sends its markers)."""
-        if not self.replicated:
-            await self.lane.call(self._load)
+        if await self.lane.call(self._logs.load):
             await self._reconcile()
             await self._finish_decided()
         self._task = asyncio.get_running_loop().create_task(self._checks(), name="walgate-txn-timer")
@@ -478,23 +420,7 @@ class TransactionService:
         ``TransactionStateManager.loadTransactionsForTxnTopicPartition``); the ids of its transactions decided and
         not complete, whose markers the caller sends (:meth:`finish`). A state that does not read is reported and
         skipped."""
-        self._logs[partition], self._held[partition] = states, held
-        for tlog in (states, held):
-            tlog.refused = functools.partial(self._restore, tlog)
-        tids = set(states.records) | set(held.records)
-        for tid in tids:
-            record = held.records.get(tid)
-            current = self.coordinator.proxies.get(tid)
-            try:
-                owned = states.records.get(tid)
-                if owned is not None:
-                    self.coordinator.apply(tid, Txn.from_record(tid, owned))
-                if record is not None:
-                    self.coordinator.apply(tid, merge_proxies(current, Txn.from_record(tid, record)))
-            except (KeyError, TypeError, ValueError) as exc:
-                self._engine.damage_log.report(states.path, 0, 0, f"{OFFSETS_TOPIC} partition {partition}: the "
-                                               f"transaction state of {tid!r} does not read ({exc!r}); it is "
-                                               "forgotten", "skipped")
+        self._partition_logs().install(partition, states, held)
         return [tid for tid in states.records if self._prepared(tid) is not None]
 
     def resume(self, tids: Iterable[str]) -> None:
@@ -510,13 +436,13 @@ class TransactionService:
         """On the coordinator lane, replicated: coordinator partition ``partition`` is no longer led here: its
         transactional ids' states and the offsets its groups hold are dropped from memory (Kafka's
         ``removeTransactionsForTxnTopicPartition``); the transactions being ended stop at their next step."""
-        self._logs.pop(partition, None)
-        self._held.pop(partition, None)
-        for tid in [tid for tid in self.coordinator.txns if self._partition_of(tid) == partition]:
-            self.coordinator.apply(tid, None)
+        for tid in self._partition_logs().uninstall(partition):
             self._written.pop(tid, None)
-        for tid, txn in list(self.coordinator.proxies.items()):
-            self.coordinator.apply(tid, proxy_part(txn, lambda g: not self._in_partition(partition, g)), proxy=True)
+
+    def _partition_logs(self) -> PartitionLogs:
+        logs = self._logs
+        assert isinstance(logs, PartitionLogs), "only a replicated transaction coordinator has coordinator partitions"
+        return logs
 
     async def call(self, fn: Callable[[TransactionCoordinator], T]) -> T:
         """A read of the coordinator's state on the coordinator lane."""
@@ -551,10 +477,11 @@ class TransactionService:
                         refused = (f"the marker of transaction {tid!r} in {tp[0]}-{tp[1]} was not acknowledged by its "
                                    f"in-sync replicas ({code.name})")
                 written.update(done)
-                for node, partitions in (await self._offsets_elsewhere(txn)).items():
+                held_elsewhere, held_here = await self._held_offsets(txn)
+                for node, partitions in held_elsewhere.items():
                     elsewhere.setdefault(node, []).extend(tp for tp in partitions if tp not in written)
-                here = elsewhere.pop(self.coordinators.member.node_id, []) if self.coordinators is not None else []
-                if here:  # replicated: offsets this node's groups hold, ended as another node's marker ends them
+                here = [(OFFSETS_TOPIC, p) for p in held_here if (OFFSETS_TOPIC, p) not in written]
+                if here:  # offsets this node's groups hold, ended as another node's marker ends them
                     await self.end_proxies(txn.producer_id, txn.producer_epoch,
                                            txn.state is TxnState.PREPARE_COMMIT, [p for _, p in here])
                     written.update(here)
@@ -764,9 +691,9 @@ class TransactionService:
         assert self.coordinators is not None
         placement = await self.coordinators.placement()
         wanted = set(partitions)
-        if self.replicated and not wanted <= set(self._held):  # led elsewhere, or not loaded yet: the sender retries
-            raise StorageUnavailable(f"{OFFSETS_TOPIC} partitions {sorted(wanted - set(self._held))} are not led "
-                                     "and loaded here")
+        missing = self._logs.not_loaded(wanted)
+        if missing:  # led elsewhere, or not loaded yet: the sender retries
+            raise StorageUnavailable(f"{OFFSETS_TOPIC} partitions {missing} are not led and loaded here")
 
         def end() -> list[Txn]:
             self.coordinator.marker_arrived(producer_id)

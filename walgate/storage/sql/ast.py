@@ -276,6 +276,32 @@ class DropConsumerGroup:
 
 
 @dataclass(frozen=True)
+class RedistributeVgroup:
+    """TDengine's ``REDISTRIBUTE VGROUP vgroup_no DNODE d1 [DNODE d2] [DNODE d3]``: move vgroup ``vgroup`` of
+    database ``db`` (None: the session's; walgate's vgroup numbers are per database, so ``db.vgroup_no`` may name
+    it) to the nodes ``dnodes``, the first the preferred leader (cluster mode: :mod:`walgate.gateway.cluster_sql`)."""
+
+    db: str | None
+    vgroup: int
+    dnodes: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class BalanceVgroup:
+    """TDengine's ``BALANCE VGROUP`` (even out the replicas over the live nodes) or, with ``leader``, ``BALANCE
+    VGROUP LEADER`` (elect each vgroup's preferred leader)."""
+
+    leader: bool = False
+
+
+@dataclass(frozen=True)
+class DropDnode:
+    """TDengine's ``DROP DNODE dnode_id``: move every replica off node ``dnode`` (decommission it)."""
+
+    dnode: int
+
+
+@dataclass(frozen=True)
 class Show:
     what: str  # "DATABASES" | "STABLES" | "TABLES" | "TOPICS" | "CONSUMERS" | "SUBSCRIPTIONS" | "QUARANTINE"
     db: str | None = None
@@ -390,6 +416,9 @@ Statement: TypeAlias = (
     | CreateTopic
     | DropTopic
     | DropConsumerGroup
+    | RedistributeVgroup
+    | BalanceVgroup
+    | DropDnode
     | Show
     | Describe
     | Select

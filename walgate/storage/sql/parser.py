@@ -532,6 +532,18 @@ class _ToAst(Transformer[Token, Statement]):
         name = _unescape(group.value) if isinstance(group, Token) else group
         return ast.DropConsumerGroup(name, topic, if_exists)
 
+    # -- cluster
+    def redistribute_vgroup(self, *parts: str | Token) -> ast.RedistributeVgroup:
+        db = str(parts[0]) if not isinstance(parts[0], Token) else None
+        numbers = [int(p) for p in parts[0 if db is None else 1:]]
+        return ast.RedistributeVgroup(db, numbers[0], tuple(numbers[1:]))
+
+    def balance_vgroup(self, *tokens: Token) -> ast.BalanceVgroup:
+        return ast.BalanceVgroup(leader=len(tokens) == 3)
+
+    def drop_dnode(self, dnode: Token) -> ast.DropDnode:
+        return ast.DropDnode(int(dnode))
+
     # -- privileges
     def grant(self, privileges: tuple[str, ...], level: tuple[str | None, str], user: str) -> ast.Grant:
         return ast.Grant(privileges, level[0], level[1], user)

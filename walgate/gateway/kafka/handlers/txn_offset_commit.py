@@ -135,7 +135,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: TxnOffsetCommitRe
         )
         pending = [PendingOffset(r.group_id, r.topic, r.partition, r.offset, r.leader_epoch, r.metadata,
                                  r.commit_timestamp_ms) for r in plan.records]
-        held = coordinator is not None or svc.replicated
+        held = coordinator is not None or svc.holds_own_offsets
         if held:  # held here, the group's node, until the transaction's marker comes
             step = svc.coordinator.proxy_offsets(tid, producer_id, epoch, group, pending, now,
                                                  guard if coordinator is not None else

@@ -29,7 +29,10 @@ Per vnode, in the request's order, on the vnode's lane:
   with ``sendfile`` from :data:`~walgate.storage.partitions.SENDFILE_MIN_BYTES` on, as Fetch's), never past the
   start of the next leader epoch, all of ``entries_epoch``: more than one only within ``partition_max_bytes`` and
   what is left of ``max_bytes``; at least one (whatever its size) until a vnode before it in the request has
-  entries, none after once nothing is left; with the high watermark (a WAL version) and the log start.
+  entries, none after once nothing is left; with the high watermark (a WAL version) and the log start;
+* none at all, the fetch recorded as above, for a follower outside the ISR of a vnode the leader's replication
+  throttle holds back (KIP-73: :meth:`ReplicationTraffic.hold_leader
+  <walgate.gateway.replication_traffic.ReplicationTraffic.hold_leader>`); the entry bytes answered are counted there.
 
 A follower at the end waits (long poll) until ``max_wait_ms`` passes or the answer holds ``min_bytes``: woken by
 any append to a vnode it asked for (:meth:`FetchWakeups.watch_vnodes
@@ -41,7 +44,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence, Sized
+from collections.abc import Iterator, Sequence, Sized
 from typing import cast
 
 from walgate.gateway.kafka.broker import Broker
@@ -49,8 +52,9 @@ from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.handlers.common import error_of
 from walgate.gateway.kafka.led_vnodes import LedVnodes
 from walgate.gateway.kafka.node_auth import from_cluster_node
+from walgate.gateway.replication_traffic import ReplicationTraffic
 from walgate.replication.epochs import UNDEFINED_EPOCH, UNDEFINED_OFFSET
-from walgate.replication.partition import check_leader_epoch
+from walgate.replication.partition import PartitionState, check_leader_epoch
 from walgate.storage.engine import Engine
 from walgate.storage.errors import NotHere
 from walgate.storage.lanes import LaneViolation, VnodeKey
@@ -129,16 +133,17 @@ def _partition(engine: Engine, led: LedVnodes, request: WalFetchRequest, p: WalF
 
 
 def _read(engine: Engine, led: LedVnodes, request: WalFetchRequest, names: Sequence[str | None],
-          now_ms: int) -> list[WalFetchPartitionData]:
+          held_back: frozenset[int], now_ms: int) -> list[WalFetchPartitionData]:
     """Every vnode's answer, in order; ``max_bytes`` shared: each vnode's limit is the least of its
     ``partition_max_bytes`` and what is left, until a vnode has entries at least one batch (as Kafka's
-    ``ReplicaManager.readFromLog``, ``minOneMessage``)."""
+    ``ReplicaManager.readFromLog``, ``minOneMessage``); none for the vnodes (their indexes) ``held_back`` by the
+    leader's replication throttle, whose fetch is still recorded (as Kafka reads and then empties it)."""
     left = request.max_bytes
     out: list[WalFetchPartitionData] = []
     sent = False
-    for p, db in zip(request.partitions, names):
+    for i, (p, db) in enumerate(zip(request.partitions, names)):
         limit = min(p.partition_max_bytes, left)
-        limit = limit if sent else max(1, limit)
+        limit = 0 if i in held_back else limit if sent else max(1, limit)
         try:
             answer = _partition(engine, led, request, p, db, limit, now_ms)
         except Exception as exc:  # noqa: BLE001 - answered per vnode, the others go on
@@ -162,6 +167,30 @@ def _enough(answers: list[WalFetchPartitionData], min_bytes: int) -> bool:
     return sum(_size(a) for a in answers) >= min_bytes
 
 
+def _led_states(led: LedVnodes, request: WalFetchRequest,
+                names: Sequence[str | None]) -> Iterator[tuple[int, str, int, PartitionState]]:
+    """(index, database, vgroup, partition state) of each vnode of the request this node leads now."""
+    for i, (p, db) in enumerate(zip(request.partitions, names)):
+        view = None if db is None or p.db_id is None else led.leader_view(p.db_id.hex, p.vgroup)
+        if db is not None and view is not None and not view.deposed:
+            yield i, db, p.vgroup, view.state
+
+
+def _held_back(traffic: ReplicationTraffic, led: LedVnodes, request: WalFetchRequest,
+               names: Sequence[str | None]) -> frozenset[int]:
+    """The vnodes (indexes) answered without entries now: the leader's replication throttle (KIP-73) holds the
+    follower back (:meth:`ReplicationTraffic.hold_leader`)."""
+    return frozenset(i for i, db, vgroup, state in _led_states(led, request, names)
+                     if traffic.hold_leader(db, vgroup, request.replica_id, state))
+
+
+def _count(traffic: ReplicationTraffic, led: LedVnodes, request: WalFetchRequest, names: Sequence[str | None],
+           answers: list[WalFetchPartitionData]) -> None:
+    """The entry bytes answered, counted and recorded in the leader's throttle (:meth:`ReplicationTraffic.sent`)."""
+    for i, db, vgroup, state in _led_states(led, request, names):
+        traffic.sent(db, vgroup, request.replica_id, state, _size(answers[i]))
+
+
 def _refused(request: WalFetchRequest, code: int) -> WalFetchResponse:
     return {"throttle_time": 0, "partitions": [_answer(p, code) for p in request.partitions]}
 
@@ -182,11 +211,16 @@ async def handle(broker: Broker, ctx: RequestContext, request: WalFetchRequest) 
     held = frozenset(keys)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + request.max_wait.total_seconds()
+    traffic = broker.replication_traffic
     while True:
         woken = broker.wakeups.watch_vnodes(keys)  # before reading: an append meanwhile still wakes it
         try:
-            answers = await broker.call_on(lambda _: held, _read, led, request, names, int(time.monotonic() * 1000))
+            held_back = frozenset() if traffic is None else _held_back(traffic, led, request, names)
+            answers = await broker.call_on(lambda _: held, _read, led, request, names, held_back,
+                                           int(time.monotonic() * 1000))
             if _enough(answers, request.min_bytes) or loop.time() >= deadline:
+                if traffic is not None:
+                    _count(traffic, led, request, names, answers)
                 return {"throttle_time": 0, "partitions": answers}
             try:
                 async with asyncio.timeout(deadline - loop.time()):  # (not wait_for, which may swallow a cancel)
