@@ -2,16 +2,12 @@
 ``walgate serve`` (issue 26): three real ``walgate serve --cluster`` nodes with ``replication.enable=true`` over a
 real etcd (stopped by PID), the statements sent to nodes that are not the controller.
 
-Today (moves within the nodes a vgroup is placed on): a ``REPLICA 3`` database's vgroup is redistributed over its
-three nodes with node 2 first (no data moves: the move completes at once), then ``BALANCE VGROUP LEADER`` elects
+A ``REPLICA 3`` database's vgroup is redistributed over its three nodes with node 2 first (no data moves: the move completes at once), then ``BALANCE VGROUP LEADER`` elects
 node 2, its preferred replica, and ``BALANCE VGROUP`` (and ``walgate cluster rebalance --wait``) finds nothing to move; a node count other than the replicas, a vgroup or node that does not exist and a
-``DROP DNODE`` with no other node to take the replicas are refused with TDengine's codes. With a Kafka-native topic
-of replication factor 2, ``DROP DNODE`` of one of its nodes (and ``walgate cluster decommission``) is refused as
-needing a move to another node, not served until the catalog re-places replicas (docs/cluster.md, "Moving
-replicas"). No node logged a traceback.
+``DROP DNODE`` with no other node to take the replicas are refused with TDengine's codes. No node logged a traceback.
 
-The decommission itself, issue 26's "decommission of a node of a 4-node RF=3 cluster under load"
-(:func:`test_decommission_moves_every_replica_off_the_node`), is expected to fail (strict) until that lands."""
+The decommission itself, issue 26's "decommission of a node of a 4-node RF=3 cluster under load", moves replicas to
+a node that held none of them (:func:`test_decommission_moves_every_replica_off_the_node`)."""
 
 from __future__ import annotations
 
@@ -25,7 +21,6 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import NewTopic
 from etcd_cluster import EtcdCluster
@@ -91,17 +86,6 @@ def test_statements_within_the_placed_nodes_and_their_refusals(etcd1: EtcdCluste
             "Out of dnodes: DROP DNODE 3: no live node can take vgroup r/0's replica from node 3"), message
         sql(n1, "DROP DATABASE r")
 
-        create_topics(f"127.0.0.1:{n1.kafka_port}", NewTopic("two", 1, 2))
-        eventually("two in sync", lambda: len(described(n2, "two")[0][2]) == 2)
-        replicas = described(n2, "two")[0][1]
-        gone = max(replicas)  # (not node 1, which holds __consumer_offsets' one copy if it was made)
-        status, code, message = refused(n3, f"DROP DNODE {gone}")
-        assert status == 400 and f"DROP DNODE {gone} needs moves to other nodes (vgroup two/0 to node " in message
-        assert "not supported yet" in message
-        cli = decommission(n2, str(gone), "--wait")
-        assert cli.returncode == 1 and f"DROP DNODE {gone} refused: DROP DNODE {gone} needs moves" in cli.stderr
-        assert "Traceback" not in cli.stderr
-        assert described(n1, "two")[0][1] == replicas, "nothing moved"
         for server in (n1, n2, n3):
             no_traceback(server)
 
@@ -123,8 +107,6 @@ def read_all(port: int, topic: str, count: int) -> list[bytes]:
         consumer.close()
 
 
-@pytest.mark.xfail(strict=True, reason="a replica cannot be added on a node not holding its vgroup until the "
-                                       "catalog record re-placing replicas (p26m, issue 26) is merged")
 def test_decommission_moves_every_replica_off_the_node(etcd1: EtcdCluster, tmp_path: Path) -> None:
     """Issue 26's decommission of a node of a 4-node RF=3 cluster under load: an idempotent acks=all producer
     (bootstrapped on the nodes staying) writes to partition 0 throughout ``walgate cluster decommission N --wait``;

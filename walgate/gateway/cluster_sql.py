@@ -18,9 +18,8 @@ The answer is the count of vgroups moved (affected rows). Refused, nothing asked
 codes and messages where they exist: a single node (not a cluster); a database or vgroup that does not exist
 (``Vgroup does not exist``, 0x0332); a node not registered (``Dnode does not exist``, 0x0331); a node count other
 than the replicas (``Invalid vgroup replica``, 0x03B7); no node left to take a replica (``Out of dnodes``,
-0x0334); a vgroup of one copy (its data cannot move yet) and, **until the catalog record re-placing replicas is
-served** (docs/cluster.md "Moving replicas": the same refusal as AlterPartitionReassignments'), a move adding a
-replica on a node the catalog does not place the vgroup on. The controller's own refusals (a node not registered
+0x0334); a vgroup of one copy (its data cannot move yet). A move may add a replica on a node that does not hold
+the vgroup: it opens the vnode empty and catches up (docs/cluster.md "Moving replicas"). The controller's own refusals (a node not registered
 at its revision, fewer replicas than ``min.insync.replicas``) come back as ``Invalid vgroup replica``, a vgroup
 whose partition state it has not made as ``Vgroup does not exist``; no answer in time (no controller, no etcd
 quorum) is 503, retriable. Authorization: super users only when ACLs are on (TDengine: root), as every statement
@@ -48,7 +47,7 @@ from walgate.storage.result import Result, affected
 from walgate.storage.sql import ast
 from walgate.wire.errors import ErrorCode
 
-__all__ = ["MoveRefused", "Vgroups", "check_placed", "decommissioned", "moves_replicas", "run", "vgroups"]
+__all__ = ["MoveRefused", "Vgroups", "decommissioned", "moves_replicas", "run", "vgroups"]
 
 TIMEOUT_S = 30.0
 """How long a statement waits for the controller to write its moves or elections."""
@@ -57,9 +56,6 @@ DNODE_NOT_EXIST = 0x0331  # TSDB_CODE_MND_DNODE_NOT_EXIST
 VGROUP_NOT_EXIST = 0x0332  # TSDB_CODE_MND_VGROUP_NOT_EXIST
 NO_ENOUGH_DNODES = 0x0334  # TSDB_CODE_MND_NO_ENOUGH_DNODES
 INVALID_REPLICA = 0x03B7  # TSDB_CODE_MND_INVALID_REPLICA
-
-NOT_PLACED_YET = ("adding a replica on a node the catalog does not place the vgroup on is not supported yet "
-                  "(docs/cluster.md, \"Moving replicas\")")
 
 
 class MoveRefused(StorageError):
@@ -75,11 +71,10 @@ class MoveRefused(StorageError):
 class Vgroups:
     """Every vgroup of the catalog as this node knows it: its :class:`Holding` (the partition state's replicas, its
     move's target during one, for a replicated vgroup whose state was read; the catalog's placement otherwise),
-    its name (``db/N``, or ``topic/N`` for a Kafka-native topic's) and the nodes the catalog places it on."""
+    its name (``db/N``, or ``topic/N`` for a Kafka-native topic's)."""
 
     holdings: dict[PartitionId, Holding]
     names: dict[PartitionId, str]
-    placed: dict[PartitionId, tuple[int, ...]]
 
 
 def moves_replicas(stmt: ast.Statement) -> bool:
@@ -90,14 +85,13 @@ def moves_replicas(stmt: ast.Statement) -> bool:
 def vgroups(engine: Engine, replicas: ReplicaManager | None) -> Vgroups:
     """The catalog's vgroups (:class:`Vgroups`, from :func:`~walgate.gateway.console.cluster_page.placed_vgroups`),
     with the partition states ``replicas`` read. Storage lane."""
-    out = Vgroups({}, {}, {})
+    out = Vgroups({}, {})
     for p in placed_vgroups(engine):
         pid = PartitionId(p.db_id, p.vgroup)
         state = None if replicas is None or len(p.replicas) == 1 else replicas.state_of(p.db_id, p.vgroup)
         now = p.replicas if state is None else tuple(r for r in state.replicas if r not in state.removing)
         out.holdings[pid] = Holding(now, movable=len(p.replicas) > 1)
         out.names[pid] = f"{p.topic or p.database}/{p.vgroup}"
-        out.placed[pid] = p.replicas
     return out
 
 
@@ -123,7 +117,6 @@ async def run(stmt: ast.Statement, engine: Engine, storage: StorageThread, membe
         plan = decommissioned(stmt.dnode, known, live, member.view.known)
     else:
         plan = balance(known.holdings, live)
-    check_placed(stmt, plan, known)
     moves = {k: t for k, t in plan.items() if t != known.holdings[k].replicas}
     if moves:
         await _ask(member, ReassignmentRequest(tuple(moves.items())), "replica moves", known)
@@ -167,14 +160,6 @@ def decommissioned(node: int, known: Vgroups, live: Mapping[int, str | None],
         raise MoveRefused(NO_ENOUGH_DNODES, f"Out of dnodes: DROP DNODE {node}: {e}") from None
     except LastCopy as e:
         raise Unsupported(f"DROP DNODE {node}: {e}") from None
-
-
-def check_placed(stmt: ast.Statement, plan: Mapping[PartitionId, tuple[int, ...]], known: Vgroups) -> None:
-    """Refuse a plan adding a replica on a node the catalog does not place its vgroup on (module docstring)."""
-    elsewhere = [f"vgroup {known.names[k]} to node {', '.join(map(str, sorted(set(t) - set(known.placed[k]))))}"
-                 for k, t in sorted(plan.items(), key=lambda kv: known.names[kv[0]]) if set(t) - set(known.placed[k])]
-    if elsewhere:
-        raise Unsupported(f"{_verb(stmt)} needs moves to other nodes ({'; '.join(elsewhere)}): {NOT_PLACED_YET}")
 
 
 async def _elect_preferred(member: ClusterMember, known: Vgroups) -> Result:
