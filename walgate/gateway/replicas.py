@@ -346,7 +346,10 @@ class ReplicaManager:
     # ------------------------------------------------------------ following the partition states
 
     async def run(self) -> None:
-        """Follow the partition states until cancelled, then stop leading and following everything."""
+        """Follow the partition states until cancelled, then stop leading and following everything. First the
+        vnodes open here that the catalog no longer places here are let go (a move completed while this node was
+        down, its record applied before this manager started: :meth:`_let_go_unplaced`)."""
+        self._changes.put_nowait(None)
         workers = [asyncio.create_task(self._apply_changes(), name="walgate-replicas"),
                    asyncio.create_task(self._checkpoints(), name="walgate-hw-checkpoints")]
         try:
