@@ -255,12 +255,13 @@ class NativeTopics:
         """Cluster mode, after a record of the cluster's stream (or its snapshot) was applied: bring the Kafka-native
         topics served here in line with the catalog. A topic the catalog no longer has is dropped here (its offset
         indexes, committed offsets, vnodes and files), any database's vnodes and files too (an SQL database's as
-        well, or its old ones when a snapshot holds one made again under its name); a new one's vnodes placed on this node are created and opened;
-        a grown one's new vnodes placed here too, and those a replica move places here (empty; a move's vnodes no
-        longer placed here are the replica manager's to let go: :meth:`Engine.drop_moved_vnode`); every one's vnodes take the WAL settings of its configs over
-        ``defaults`` (the dynamic broker defaults, :meth:`Engine.topic_defaults`: this node's, as on a single node,
-        so in cluster mode never written back to the shared record). Idempotent: a call
-        the disk refused (raised) is made again, and a restart opens whatever the catalog places here."""
+        well, or its old ones when a snapshot holds one made again under its name); a new one's vnodes placed on this
+        node are created and opened; a grown one's new vnodes placed here too, and those a replica move places here
+        (empty; a move's vnodes no longer placed here are the replica manager's to let go:
+        :meth:`Engine.drop_moved_vnode`); every one's vnodes take the WAL settings of its configs over ``defaults``
+        (the dynamic broker defaults, :meth:`Engine.topic_defaults`: this node's, as on a single node, so in cluster
+        mode never written back to the shared record). Idempotent: a call the disk refused (raised) is made again,
+        and a restart opens whatever the catalog places here."""
         store, catalog = self.store, self.store.catalog
         gone = [n for n in store.topic_uuids if n not in catalog.topics]
         if gone:

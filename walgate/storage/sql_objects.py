@@ -102,8 +102,9 @@ class SqlObjects:
 
     def follow(self, record: dict[str, Any] | None) -> None:
         """After ``record`` (None: a snapshot) was applied: open what the catalog places here and this node does not
-        serve yet (a new database's vnodes, a replica move's: empty, their TDengine topics' offset indexes with them), write the pending meta entries (module docstring) and recompile the TDengine topics over the
-        supertables it changed. Idempotent: a call the disk refused (raised) is made again."""
+        serve yet (a new database's vnodes; a replica move's, empty, with their TDengine topics' offset indexes),
+        write the pending meta entries (module docstring) and recompile the TDengine topics over the supertables it
+        changed. Idempotent: a call the disk refused (raised) is made again."""
         store, catalog = self.store, self.store.catalog
         kafka_dbs = {t.db for t in catalog.topics.values() if t.kind == "kafka"}
         for db in [d for d in catalog.databases.values() if d.name not in kafka_dbs]:
