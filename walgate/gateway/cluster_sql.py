@@ -18,12 +18,12 @@ The answer is the count of vgroups moved (affected rows). Refused, nothing asked
 codes and messages where they exist: a single node (not a cluster); a database or vgroup that does not exist
 (``Vgroup does not exist``, 0x0332); a node not registered (``Dnode does not exist``, 0x0331); a node count other
 than the replicas (``Invalid vgroup replica``, 0x03B7); no node left to take a replica (``Out of dnodes``,
-0x0334); a vgroup of one copy (its data cannot move yet). A move may add a replica on a node that does not hold
-the vgroup: it opens the vnode empty and catches up (docs/cluster.md "Moving replicas"). The controller's own refusals (a node not registered
-at its revision, fewer replicas than ``min.insync.replicas``) come back as ``Invalid vgroup replica``, a vgroup
-whose partition state it has not made as ``Vgroup does not exist``; no answer in time (no controller, no etcd
-quorum) is 503, retriable. Authorization: super users only when ACLs are on (TDengine: root), as every statement
-:mod:`walgate.security.sql_access` has no rule for.
+0x0334); a vgroup of one copy (its data cannot move yet). A move may add a replica on a node that does not hold the
+vgroup: it opens the vnode empty and catches up (docs/cluster.md "Moving replicas"). The controller's own refusals
+(a node not registered at its revision, fewer replicas than ``min.insync.replicas``) come back as ``Invalid vgroup
+replica``, a vgroup whose partition state it has not made as ``Vgroup does not exist``; no answer in time (no
+controller, no etcd quorum) is 503, retriable. Authorization: super users only when ACLs are on (TDengine: root), as
+every statement :mod:`walgate.security.sql_access` has no rule for.
 """
 
 from __future__ import annotations
