@@ -15,26 +15,24 @@ from __future__ import annotations
 import os
 import re
 import signal
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from pathlib import Path
 
 from confluent_kafka.admin import NewTopic
 from etcd_cluster import EtcdCluster
-from history import FinalRead, Op, Send, check
+from history import Op
 from serve_support import create_topics, eventually, no_traceback, node
 from test_serve_cluster_reassignments import call, states
 from test_serve_cluster_replicated_topics import (
     ARGS,
-    FINAL,
     KT_CONFIGS,
     PARTITIONS,
     TOPIC,
     Reader,
     Writer,
     bootstrap,
+    checked,
     described,
-    full_read,
     three_nodes,
 )
 
@@ -93,12 +91,6 @@ def test_a_move_survives_the_kill_9_of_the_controller_and_of_its_adding_replica(
         finally:
             writer.stop()
             reader.stop(writer.acked())
-        assert [e for e in writer.errors if e.fatal()] == [] and writer.failed == [], (writer.errors, writer.failed)
-        sends = [op for op in history if isinstance(op, Send)]
-        assert sends and all(s.outcome == "ok" for s in sends)
-        reads_of = [(k + 1, server, p) for k, server in enumerate(nodes) for p in range(PARTITIONS)]
-        with ThreadPoolExecutor(len(reads_of)) as pool:  # each partition read whole through each node, at once
-            history += pool.map(lambda r: FinalRead(FINAL + r[0], str(r[2]), full_read(r[1], r[2])), reads_of)
-        assert check(history) == []
+        checked(history, writer, nodes)
         for server in nodes:
             no_traceback(server)
