@@ -78,4 +78,7 @@ async def answer_states(broker: Broker, ctx: RequestContext, group_id: str,
                                                         for i in range(len(items))]})
         return out
 
+    # a replicated cluster's share-partitions not used here since this node leads them: their state read first
+    await answered(shares.ensure_read(group_id, [(str(tid), partition_of(i)) for tid, items in asked if tid is not None
+                                                 for i in items]), lambda code: None)
     return await answered(shares.run(on_lane), every, TRANSACTIONS)  # (a refused write: COORDINATOR_NOT_AVAILABLE)

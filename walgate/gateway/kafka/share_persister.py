@@ -1,0 +1,281 @@
+"""A replicated cluster's share-partition states kept by the share coordinator (KIP-932's persister and share
+coordinator; docs/cluster.md "Share groups", docs/plans/replication-wiring.md step 7 increment 6).
+
+With ``replication.enable`` a share-partition's durable state is not the leader's ``share_groups.log`` but a record
+``["s", group, topic key, partition]`` of the group's own ``__consumer_offsets`` partition ``hash(group) % N``
+(:mod:`walgate.storage.coordinator_records`), kept by that partition's leader, the group's coordinator: so one node
+holds a group's membership and all its state, and a share-partition's state survives its leader's loss. (Kafka keys
+``__share_group_state`` by ``hash(group:topicId:partition)`` to spread one group's share-partitions over its own
+topic's partitions; walgate shares N and placement between its coordinators, as for transactions.)
+
+* **Writes** (:meth:`SharePersister.write_round`): the share service's log is a
+  :class:`~walgate.storage.replicated_coordinator_log.PersistedShareStateLog`; each group-commit round of it (the
+  states every call queued meanwhile) is written here, each state recorded with the leader epoch of its data
+  partition now (:mod:`walgate.coordinator.share_state_batches`), grouped by coordinator partition, all partitions
+  at once: appended locally (:func:`write_states` on the coordinator lane, answered once the partition's in-sync
+  replicas hold it) when this node leads that partition, else sent to its leader as WriteShareGroupState v0 (api
+  85) over the node links, which answers the same way. NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS,
+  COORDINATOR_NOT_AVAILABLE and an unreachable node are tried again (:data:`RETRY_S` apart) for up to
+  :data:`WRITE_S`; then, or for any other error (FENCED_LEADER_EPOCH: this node's leadership is older than the
+  state's writer's), the round fails: the share coordinator undoes every change not durable and the client is
+  answered a retriable error. A round written to some partitions and not others is refused whole (what was written
+  stays: a later write of the same share-partition replaces it).
+* **Reads** (:meth:`SharePersister.read`): a share-partition's state is read before its first use here
+  (:meth:`ShareService.ensure_read <walgate.gateway.kafka.shares.ShareService.ensure_read>`), locally or with
+  ReadShareGroupState v0 (api 83) from the coordinator partition's leader; a share-partition whose read fails is
+  left unread (it is read again at the next request, and acquires nothing meanwhile).
+* **Answering** (:func:`write_states`, :func:`read_states`): on the coordinator lane, against the partition's
+  :class:`~walgate.storage.replicated_coordinator_log.ReplicatedShareStateLog`; the handlers of api 83 and 85 answer
+  only a cluster node (ClusterAction), NOT_COORDINATOR for a group whose partition this node does not lead,
+  COORDINATOR_LOAD_IN_PROGRESS while it loads it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import logging
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Final
+
+from kio.schema.read_share_group_state.v0.request import PartitionData as ReadPartition
+from kio.schema.read_share_group_state.v0.request import ReadShareGroupStateRequest, ReadStateData
+from kio.schema.read_share_group_state.v0.response import ReadShareGroupStateResponse
+from kio.schema.write_share_group_state.v0.request import PartitionData as WritePartition
+from kio.schema.write_share_group_state.v0.request import StateBatch, WriteShareGroupStateRequest, WriteStateData
+from kio.schema.write_share_group_state.v0.response import WriteShareGroupStateResponse
+from kio.static.primitive import i8, i16, i32, i64
+
+from walgate.coordinator.share_state_batches import fenced, from_wire, to_wire, with_epoch
+from walgate.gateway.kafka.broker import Broker
+from walgate.gateway.kafka.context import RequestContext
+from walgate.gateway.kafka.group_coordinators import refusal
+from walgate.gateway.kafka.handlers.common import TRANSACTIONS, answered
+from walgate.gateway.kafka.node_auth import from_cluster_node
+from walgate.gateway.kafka.node_links import NodeUnreachable
+from walgate.gateway.storage_thread import StorageThread
+from walgate.storage.coordinator_partitions import partition_for
+from walgate.storage.durability import Sync
+from walgate.storage.errors import StorageError
+from walgate.storage.replicated_coordinator_log import ReplicatedShareStateLog, ShareStateSync
+from walgate.storage.share_state_log import ShareKey
+from walgate.wire.errors import ErrorCode
+
+__all__ = ["RETRY_S", "SharePersister", "WRITE_S", "answer_persisted", "read_states", "write_states"]
+
+log = logging.getLogger("walgate.share_groups")
+
+WRITE_S: Final = 10.0
+"""The longest a round (or a read) is tried before it fails."""
+
+RETRY_S: Final = 0.2
+"""Between two tries of a write or read refused with a retriable error."""
+
+RETRIABLE: Final = frozenset({ErrorCode.not_coordinator, ErrorCode.coordinator_load_in_progress,
+                              ErrorCode.coordinator_not_available})
+
+Write = tuple[ShareKey, Any, int]
+"""(share-partition, durable value or None: deleted, leader epoch of its data partition)."""
+
+
+def write_states(shares: ReplicatedShareStateLog, writes: Sequence[Write]) -> dict[ShareKey, int]:
+    """On the coordinator lane: ``writes`` queued as one write of ``shares`` (the lane's call returns once the
+    partition's in-sync replicas hold it, or raises StorageUnavailable); the error of each write refused instead
+    (FENCED_LEADER_EPOCH: its leader epoch is older than the stored state's)."""
+    states = shares.states()
+    refused: dict[ShareKey, int] = {key: ErrorCode.fenced_leader_epoch for key, _, epoch in writes if fenced(states.get(key), epoch)}
+    shares.write([(key, with_epoch(value, epoch)) for key, value, epoch in writes if key not in refused])
+    return refused
+
+
+def read_states(shares: ReplicatedShareStateLog, keys: Sequence[ShareKey]) -> dict[ShareKey, Any]:
+    """On the coordinator lane: the stored value of each of ``keys`` (None: no state)."""
+    states = shares.states()
+    return {key: states.get(key) for key in keys}
+
+
+class SharePersister:
+    """This node's share-partition leaders' persister (module docstring); on the event loop."""
+
+    def __init__(self, broker: Broker, coordinator: StorageThread, partitions: int) -> None:
+        self._broker = broker
+        self._coordinator = coordinator
+        self.partitions = partitions
+
+    def _leader_epoch(self, topic: str, partition: int) -> int:
+        """The leader epoch now of the data partition of topic key ``topic`` (0: a one-copy one, or not known)."""
+        topics = self._broker.topics()
+        name = topics.topic_name(uuid.UUID(topic))
+        vgroup = None if name is None else topics.replicated_vgroup(name, partition)
+        led = self._broker.led
+        state = None if vgroup is None or led is None else led.state_of(*vgroup)
+        return 0 if state is None else state.leader_epoch
+
+    async def write_round(self, sync: Sync) -> None:
+        """Write a :class:`ShareStateSync` round (GroupCommit's writer); its ``error`` set when it failed."""
+        assert isinstance(sync, ShareStateSync)
+        by_partition: dict[int, dict[str, list[Write]]] = {}
+        for key, value in sync.records:
+            writes = by_partition.setdefault(partition_for(key[0], self.partitions), {}).setdefault(key[0], [])
+            writes.append((key, value, self._leader_epoch(key[1], key[2])))
+        failures = [f for f in await asyncio.gather(*(
+            self._write_group(group, writes) for groups in by_partition.values() for group, writes in groups.items()
+        )) if f is not None]
+        if failures:
+            log.warning("share-partition states not persisted: %s", "; ".join(failures))
+            sync.error = OSError(errno.EAGAIN, failures[0])
+
+    async def _write_group(self, group_id: str, writes: list[Write]) -> str | None:
+        """``writes`` of ``group_id`` persisted, tried again while retriable; None, or why they were not."""
+        deadline = time.monotonic() + WRITE_S
+        while True:
+            code, why = await self._try(group_id, lambda owner: self._write_at(owner, group_id, writes))
+            if code == ErrorCode.none:
+                return None
+            if code not in RETRIABLE or time.monotonic() + RETRY_S > deadline:
+                return f"group {group_id!r}: {ErrorCode(code).name}: {why}"
+            await asyncio.sleep(RETRY_S)
+
+    async def read(self, group_id: str, keys: Sequence[ShareKey]) -> dict[ShareKey, Any]:
+        """The durable value (None: no state) of each of ``keys`` (of ``group_id``) that could be read within
+        :data:`WRITE_S`; those that could not are left out."""
+        deadline = time.monotonic() + WRITE_S
+        got: dict[ShareKey, Any] = {}
+
+        async def at(owner: int) -> tuple[int, str | None]:
+            code, why, values = await self._read_at(owner, group_id, keys)
+            got.update(values)
+            return code, why
+
+        while True:
+            code, why = await self._try(group_id, at)
+            if code == ErrorCode.none or code not in RETRIABLE or time.monotonic() + RETRY_S > deadline:
+                if code != ErrorCode.none:
+                    log.warning("share-partition states of group %r not read: %s: %s", group_id,
+                                ErrorCode(code).name, why)
+                return got
+            await asyncio.sleep(RETRY_S)
+
+    async def _try(self, group_id: str, at: Callable[[int], Any]) -> tuple[int, str | None]:
+        """``at(owner)`` with the node coordinating ``group_id`` now; COORDINATOR_NOT_AVAILABLE without one."""
+        coordinators = self._broker.coordinators
+        if coordinators is None:  # (a cluster node always has them)
+            return ErrorCode.coordinator_not_available, "no group coordinators"
+        try:
+            owner = await coordinators.owner(group_id)
+        except Exception as e:  # noqa: BLE001 - the placement not readable now: retried
+            return ErrorCode.coordinator_not_available, str(e)
+        if owner < 0:
+            return ErrorCode.coordinator_not_available, "no leader of its coordinator partition"
+        try:
+            result: tuple[int, str | None] = await at(owner)
+        except NodeUnreachable as e:
+            return ErrorCode.coordinator_not_available, str(e)
+        return result
+
+    async def _local(self, group_id: str, fn: Callable[[ReplicatedShareStateLog], Any]) -> tuple[int, str | None, Any]:
+        """``fn(log)`` on the coordinator lane with ``group_id``'s partition's share states, when this node leads
+        it and has it loaded: (error, message, its result)."""
+        code = await refusal(self._broker.coordinators, group_id)
+        replicas = None if self._broker.coordinators is None else self._broker.coordinators.replicated
+        shares = None if replicas is None else replicas.share_log(partition_for(group_id, self.partitions))
+        if code != ErrorCode.none or shares is None:
+            return code or ErrorCode.coordinator_load_in_progress, "not loaded here", None
+        try:
+            return ErrorCode.none, None, await self._coordinator.call(fn, shares)
+        except StorageError as e:  # not taken by the in-sync replicas (or no longer led here): tried again
+            return ErrorCode.coordinator_not_available, e.message, None
+
+    async def _write_at(self, owner: int, group_id: str, writes: list[Write]) -> tuple[int, str | None]:
+        if owner == self._broker.node_id:
+            code, why, refused = await self._local(group_id, lambda shares: write_states(shares, writes))
+            if code == ErrorCode.none and refused:
+                code, why = next(iter(refused.values())), f"refused for {sorted(refused)}"
+            return code, why
+        links = self._broker.links
+        if links is None:
+            return ErrorCode.coordinator_not_available, "no links to other nodes"
+        by_topic: dict[str, list[WritePartition]] = {}
+        for (_, topic, partition), value, epoch in writes:
+            start, batches = to_wire(value)
+            by_topic.setdefault(topic, []).append(WritePartition(
+                partition=i32(partition), state_epoch=i32(0), leader_epoch=i32(epoch), start_offset=i64(start),
+                state_batches=tuple(StateBatch(first_offset=i64(b.first), last_offset=i64(b.last),
+                                               delivery_state=i8(b.state), delivery_count=i16(b.delivery_count))
+                                    for b in batches)))
+        answer: WriteShareGroupStateResponse = await links.call(owner, WriteShareGroupStateRequest(
+            group_id=group_id, topics=tuple(WriteStateData(topic_id=uuid.UUID(t), partitions=tuple(ps))
+                                            for t, ps in by_topic.items())))
+        errors = [(int(p.error_code), p.error_message) for r in answer.results for p in r.partitions
+                  if p.error_code != ErrorCode.none]
+        answered = sum(len(r.partitions) for r in answer.results)
+        if not errors and answered != len(writes):
+            return ErrorCode.unknown_server_error, f"node {owner} answered {answered} of {len(writes)} partitions"
+        return errors[0] if errors else (ErrorCode.none, None)
+
+    async def _read_at(self, owner: int, group_id: str,
+                       keys: Sequence[ShareKey]) -> tuple[int, str | None, Mapping[ShareKey, Any]]:
+        if owner == self._broker.node_id:
+            return await self._local(group_id, lambda shares: read_states(shares, keys))
+        links = self._broker.links
+        if links is None:
+            return ErrorCode.coordinator_not_available, "no links to other nodes", {}
+        by_topic: dict[str, list[int]] = {}
+        for _, topic, partition in keys:
+            by_topic.setdefault(topic, []).append(partition)
+        answer: ReadShareGroupStateResponse = await links.call(owner, ReadShareGroupStateRequest(
+            group_id=group_id, topics=tuple(ReadStateData(topic_id=uuid.UUID(t), partitions=tuple(
+                ReadPartition(partition=i32(p), leader_epoch=i32(self._leader_epoch(t, p))) for p in ps))
+                for t, ps in by_topic.items())))
+        values: dict[ShareKey, Any] = {}
+        error: tuple[int, str | None] = (ErrorCode.none, None)
+        for r in answer.results:
+            for p in r.partitions:
+                key = (group_id, str(r.topic_id), int(p.partition))
+                if key not in keys:
+                    continue
+                if p.error_code != ErrorCode.none:
+                    error = (int(p.error_code), p.error_message)
+                    continue
+                try:
+                    values[key] = from_wire(int(p.start_offset), [
+                        (b.first_offset, b.last_offset, b.delivery_state, b.delivery_count) for b in p.state_batches])
+                except ValueError as e:
+                    error = (ErrorCode.unknown_server_error, f"node {owner}: {e}")
+        return error[0], error[1], values
+
+
+Asked = Sequence[tuple[uuid.UUID | None, Sequence[Any]]]
+"""A state request's (topic id, its partition items)."""
+
+
+async def answer_persisted(broker: Broker, ctx: RequestContext, group_id: str, topics: Asked, answer: Callable[[ReplicatedShareStateLog, list[ShareKey], list[Any]],
+                                                           list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """The results (topic id, one per asked partition, in order) of a ReadShareGroupState / WriteShareGroupState of
+    ``group_id`` over ``topics`` (module docstring): refused for every partition unless a cluster node sent it and
+    this node has the group's partition loaded, else ``answer(log, keys, items)`` on the coordinator lane (a write
+    refused by the in-sync replicas: COORDINATOR_NOT_AVAILABLE, retriable)."""
+    def every(code: int, message: str | None = None) -> list[dict[str, Any]]:
+        return [{"topic_id": tid, "partitions": [{"partition": i.partition, "error_code": code,
+                                                  "error_message": message} for i in items]} for tid, items in topics]
+
+    if not from_cluster_node(broker, ctx) or broker.shares is None:  # (a cluster node always has the share service)
+        return every(ErrorCode.cluster_authorization_failed)
+    if not group_id or any(tid is None for tid, _ in topics):
+        return every(ErrorCode.invalid_request, "The group id or a topic id is missing.")
+    code = await refusal(broker.coordinators, group_id)
+    coordinators = broker.coordinators
+    replicas = None if coordinators is None else coordinators.replicated
+    shares = None if coordinators is None or replicas is None else replicas.share_log(
+        partition_for(group_id, coordinators.partitions))
+    if code == ErrorCode.none and shares is None:
+        code = ErrorCode.coordinator_load_in_progress if replicas is not None else ErrorCode.not_coordinator
+    if code != ErrorCode.none or shares is None:
+        return every(code, "The share-partition states of this group are not kept here now.")
+    keys = [(group_id, str(tid), int(i.partition)) for tid, items in topics for i in items]
+    items = [i for _, items in topics for i in items]
+    results = iter(await answered(broker.shares.lane.call(answer, shares, keys, items),
+                                  lambda c: [{"partition": i.partition, "error_code": c} for i in items], TRANSACTIONS))
+    return [{"topic_id": tid, "partitions": [next(results) for _ in items]} for tid, items in topics]
