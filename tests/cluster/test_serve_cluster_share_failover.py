@@ -1,0 +1,69 @@
+"""A replicated cluster's share-partition states fail over (issue 25, docs/plans/replication-wiring.md step 7
+increment 6): a share-partition's leader persists its state in the group's ``__consumer_offsets`` partition (kept by
+the group's coordinator, here another node: WriteShareGroupState), acknowledging only once its in-sync replicas hold
+it; after the data partition's leader is killed -9 its new leader reads the state (ReadShareGroupState) before it
+serves the partition: the real Java ``KafkaShareConsumer`` (kafka-clients 4.3, compat-tests/java/ShareWorker.java)
+receives every record not acknowledged before the kill and none that was (real nodes and etcd).
+"""
+
+from __future__ import annotations
+
+import signal
+from contextlib import ExitStack
+from pathlib import Path
+
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic, ResourceType
+from etcd_cluster import EtcdCluster
+from serve_support import create_topics, eventually, no_traceback, produce_to
+from test_serve_cluster_coordinator_failover import _coordinator
+from test_serve_cluster_replicated_topics import bootstrap, described, three_nodes
+from test_serve_cluster_shares import TOPIC, _java, _records  # (its _java consumes its TOPIC)
+
+COUNT = 30
+
+
+def _group_coordinated_apart(servers: str, leader: int) -> str:
+    """A share group id whose coordinator (the leader of its ``__consumer_offsets`` partition) is not ``leader``,
+    with ``share.auto.offset.reset=earliest``."""
+    for n in range(40):
+        group = f"sf-{n}"
+        coordinator = _coordinator(servers, group)
+        if coordinator not in (-1, leader):
+            admin = AdminClient({"bootstrap.servers": servers})
+            resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=[
+                ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)])
+            for future in admin.incremental_alter_configs([resource]).values():
+                future.result(30)
+            return group
+    raise AssertionError(f"every group tried is coordinated by node {leader}")
+
+
+def test_acknowledged_records_stay_acknowledged_after_the_share_partitions_leader_is_killed(
+        etcd1: EtcdCluster, tmp_path: Path) -> None:
+    with ExitStack() as stack:
+        nodes = three_nodes(stack, etcd1, tmp_path, "--override", "offsets.topic.num.partitions=3")
+        servers = bootstrap(nodes)
+        create_topics(servers, NewTopic(TOPIC, 1, 3))
+        values = [b"v%d" % i for i in range(COUNT)]
+        assert produce_to(nodes[0].kafka_port, TOPIC, {0: values}) == {0: list(range(COUNT))}
+        leader = described(nodes[0], TOPIC)[0][0]
+        group = _group_coordinated_apart(servers, leader)
+
+        first = _records(_java("ShareWorker.java", nodes[leader - 1].kafka_port, group, "--max-records", "10",
+                               "--set", "max.poll.records=5", "--idle", "10", "--timeout", "60"), timeout=90)
+        acknowledged = {r["value"] for r in first}  # each ACCEPTed and committed (commitSync) before it exited
+        assert 10 <= len(acknowledged) < COUNT, first
+        victim = nodes[leader - 1]
+        victim.proc.send_signal(signal.SIGKILL)
+        victim.proc.wait(10)
+        survivors = [s for s in nodes if s is not victim]
+        eventually("another node leads the partition", lambda: described(survivors[0], TOPIC)[0][0] not in
+                   (leader, -1))
+
+        rest = _records(_java("ShareWorker.java", survivors[0].kafka_port, group, "--idle", "4", "--timeout", "60"),
+                        timeout=90)
+        again = {r["value"] for r in rest}
+        assert not again & acknowledged, "no acknowledged record is delivered again"
+        assert again == {v.decode() for v in values} - acknowledged, "no record is lost"
+        for s in survivors:
+            no_traceback(s)
