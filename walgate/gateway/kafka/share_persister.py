@@ -25,9 +25,10 @@ topic's partitions; walgate shares N and placement between its coordinators, as 
   ReadShareGroupState v0 (api 83) from the coordinator partition's leader; a share-partition whose read fails is
   left unread (it is read again at the next request, and acquires nothing meanwhile).
 * **Answering** (:func:`write_states`, :func:`read_states`): on the coordinator lane, against the partition's
-  :class:`~walgate.storage.replicated_coordinator_log.ReplicatedShareStateLog`; the handlers of api 83 and 85 answer
-  only a cluster node (ClusterAction), NOT_COORDINATOR for a group whose partition this node does not lead,
-  COORDINATOR_LOAD_IN_PROGRESS while it loads it.
+  :class:`~walgate.storage.replicated_coordinator_log.ReplicatedShareStateLog`; the handlers of api 84 and 85
+  (:func:`walgate.gateway.kafka.share_state.answer_persisted`) answer only a cluster node (ClusterAction),
+  NOT_COORDINATOR for a group whose partition this node does not lead, COORDINATOR_LOAD_IN_PROGRESS while it loads
+  it.
 """
 
 from __future__ import annotations
@@ -50,10 +51,7 @@ from kio.static.primitive import i8, i16, i32, i64
 
 from walgate.coordinator.share_state_batches import fenced, from_wire, to_wire, with_epoch
 from walgate.gateway.kafka.broker import Broker
-from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.group_coordinators import refusal
-from walgate.gateway.kafka.handlers.common import TRANSACTIONS, answered
-from walgate.gateway.kafka.node_auth import from_cluster_node
 from walgate.gateway.kafka.node_links import NodeUnreachable
 from walgate.gateway.storage_thread import StorageThread
 from walgate.storage.coordinator_partitions import partition_for
@@ -63,7 +61,7 @@ from walgate.storage.replicated_coordinator_log import ReplicatedShareStateLog, 
 from walgate.storage.share_state_log import ShareKey
 from walgate.wire.errors import ErrorCode
 
-__all__ = ["RETRY_S", "SharePersister", "WRITE_S", "answer_persisted", "read_states", "write_states"]
+__all__ = ["RETRY_S", "SharePersister", "WRITE_S", "read_states", "write_states"]
 
 log = logging.getLogger("walgate.share_groups")
 
@@ -246,36 +244,3 @@ class SharePersister:
                     error = (ErrorCode.unknown_server_error, f"node {owner}: {e}")
         return error[0], error[1], values
 
-
-Asked = Sequence[tuple[uuid.UUID | None, Sequence[Any]]]
-"""A state request's (topic id, its partition items)."""
-
-
-async def answer_persisted(broker: Broker, ctx: RequestContext, group_id: str, topics: Asked, answer: Callable[[ReplicatedShareStateLog, list[ShareKey], list[Any]],
-                                                           list[dict[str, Any]]]) -> list[dict[str, Any]]:
-    """The results (topic id, one per asked partition, in order) of a ReadShareGroupState / WriteShareGroupState of
-    ``group_id`` over ``topics`` (module docstring): refused for every partition unless a cluster node sent it and
-    this node has the group's partition loaded, else ``answer(log, keys, items)`` on the coordinator lane (a write
-    refused by the in-sync replicas: COORDINATOR_NOT_AVAILABLE, retriable)."""
-    def every(code: int, message: str | None = None) -> list[dict[str, Any]]:
-        return [{"topic_id": tid, "partitions": [{"partition": i.partition, "error_code": code,
-                                                  "error_message": message} for i in items]} for tid, items in topics]
-
-    if not from_cluster_node(broker, ctx) or broker.shares is None:  # (a cluster node always has the share service)
-        return every(ErrorCode.cluster_authorization_failed)
-    if not group_id or any(tid is None for tid, _ in topics):
-        return every(ErrorCode.invalid_request, "The group id or a topic id is missing.")
-    code = await refusal(broker.coordinators, group_id)
-    coordinators = broker.coordinators
-    replicas = None if coordinators is None else coordinators.replicated
-    shares = None if coordinators is None or replicas is None else replicas.share_log(
-        partition_for(group_id, coordinators.partitions))
-    if code == ErrorCode.none and shares is None:
-        code = ErrorCode.coordinator_load_in_progress if replicas is not None else ErrorCode.not_coordinator
-    if code != ErrorCode.none or shares is None:
-        return every(code, "The share-partition states of this group are not kept here now.")
-    keys = [(group_id, str(tid), int(i.partition)) for tid, items in topics for i in items]
-    items = [i for _, items in topics for i in items]
-    results = iter(await answered(broker.shares.lane.call(answer, shares, keys, items),
-                                  lambda c: [{"partition": i.partition, "error_code": c} for i in items], TRANSACTIONS))
-    return [{"topic_id": tid, "partitions": [next(results) for _ in items]} for tid, items in topics]

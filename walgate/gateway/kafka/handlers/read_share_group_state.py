@@ -13,7 +13,8 @@ from typing import Any
 from walgate.coordinator.share_state_batches import to_wire
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
-from walgate.gateway.kafka.share_persister import answer_persisted, read_states
+from walgate.gateway.kafka.share_persister import read_states
+from walgate.gateway.kafka.share_state import answer_persisted
 from walgate.storage.replicated_coordinator_log import ReplicatedShareStateLog
 from walgate.storage.share_state_log import ShareKey
 from walgate.wire.errors import ErrorCode
