@@ -65,5 +65,8 @@ def test_acknowledged_records_stay_acknowledged_after_the_share_partitions_leade
         again = {r["value"] for r in rest}
         assert not again & acknowledged, "no acknowledged record is delivered again"
         assert again == {v.decode() for v in values} - acknowledged, "no record is lost"
+        new = described(survivors[0], TOPIC)[0][0]
+        assert f"share group '{group}': the state of 1 share-partition(s) read from node " in \
+            next(s for s in survivors if s is nodes[new - 1]).log(), "the new leader read the state"
         for s in survivors:
             no_traceback(s)

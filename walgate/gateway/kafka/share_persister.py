@@ -145,6 +145,9 @@ class SharePersister:
         async def at(owner: int) -> tuple[int, str | None]:
             code, why, values = await self._read_at(owner, group_id, keys)
             got.update(values)
+            if values:
+                log.info("share group %r: the state of %d share-partition(s) read from node %d (%d kept there)",
+                         group_id, len(values), owner, sum(v is not None for v in values.values()))
             return code, why
 
         while True:
