@@ -1,11 +1,11 @@
 """The share coordinator's answers to a replicated cluster's share-partition leaders
-(walgate/gateway/kafka/share_persister.py): a write is applied only once its round succeeded, a write of an older
-leader epoch than the stored state's is refused (FENCED_LEADER_EPOCH) and changes nothing, a deletion removes the
-state, and a read answers each key's stored value (None: none)."""
+(walgate/gateway/kafka/share_persister.py): a write is applied only once its round succeeded, a write or read of an
+older leader epoch than the stored state's is refused (FENCED_LEADER_EPOCH) and changes nothing, a read of a newer
+one records that epoch with the state (the previous leader is fenced from then on), a deletion removes the state."""
 
 from __future__ import annotations
 
-from walgate.gateway.kafka.share_persister import read_states, write_states
+from walgate.gateway.kafka.share_persister import StateRead, read_states, write_states
 from walgate.storage.durability import Unsynced
 from walgate.storage.replicated_coordinator_log import ReplicatedShareStateLog
 from walgate.wire.errors import ErrorCode
@@ -13,6 +13,7 @@ from walgate.wire.errors import ErrorCode
 A, B = ("g", "t", 0), ("g", "t", 1)
 V1 = {"s": 3, "e": 4, "r": [[3, 3, 0, 1]]}
 V2 = {"s": 4, "e": 4, "r": []}
+FENCED = StateRead(None, ErrorCode.fenced_leader_epoch)
 
 
 def settled(log: ReplicatedShareStateLog) -> None:
@@ -25,12 +26,24 @@ def settled(log: ReplicatedShareStateLog) -> None:
 def test_writes_apply_at_their_round_and_an_older_leader_epoch_is_fenced() -> None:
     log = ReplicatedShareStateLog(0, lambda: 1_700_000_000_000, Unsynced(lambda _: None))
     assert write_states(log, [(A, V1, 3)]) == {}
-    assert read_states(log, [A, B]) == {A: None, B: None}, "nothing is answered before the round succeeded"
+    assert read_states(log, [(A, 3), (B, 0)]) == {A: StateRead(None), B: StateRead(None)}, \
+        "nothing is answered before the round succeeded"
     settled(log)
-    assert read_states(log, [A, B]) == {A: {**V1, "l": 3}, B: None}
+    assert read_states(log, [(A, 3), (B, 0)]) == {A: StateRead({**V1, "l": 3}), B: StateRead(None)}
+    assert log.take_sync() is None, "a read of the stored epoch writes nothing"
     assert write_states(log, [(A, V2, 2), (B, V1, 0)]) == {A: ErrorCode.fenced_leader_epoch}
     settled(log)
-    assert read_states(log, [A, B]) == {A: {**V1, "l": 3}, B: {**V1, "l": 0}}
+    assert read_states(log, [(A, 2), (B, 0)]) == {A: FENCED, B: StateRead({**V1, "l": 0})}
     assert write_states(log, [(A, V2, 4), (B, None, 0)]) == {}  # a later leader, and a deletion
     settled(log)
-    assert read_states(log, [A, B]) == {A: {**V2, "l": 4}, B: None}
+    assert read_states(log, [(A, 4), (B, 0)]) == {A: StateRead({**V2, "l": 4}), B: StateRead(None)}
+
+
+def test_a_read_of_a_newer_leader_epoch_fences_the_previous_leader() -> None:
+    log = ReplicatedShareStateLog(0, lambda: 1_700_000_000_000, Unsynced(lambda _: None))
+    write_states(log, [(A, V1, 3)])
+    settled(log)
+    assert read_states(log, [(A, 5)]) == {A: StateRead({**V1, "l": 3})}  # the new leader gets the state
+    settled(log)  # the epoch it read in is recorded with it
+    assert write_states(log, [(A, V2, 3)]) == {A: ErrorCode.fenced_leader_epoch}, "the previous leader is fenced"
+    assert log.take_sync() is None and read_states(log, [(A, 5)]) == {A: StateRead({**V1, "l": 5})}

@@ -22,8 +22,10 @@ topic's partitions; walgate shares N and placement between its coordinators, as 
   stays: a later write of the same share-partition replaces it).
 * **Reads** (:meth:`SharePersister.read`): a share-partition's state is read before its first use here
   (:meth:`ShareService.ensure_read <walgate.gateway.kafka.shares.ShareService.ensure_read>`), locally or with
-  ReadShareGroupState v0 (api 83) from the coordinator partition's leader; a share-partition whose read fails is
-  left unread (it is read again at the next request, and acquires nothing meanwhile).
+  ReadShareGroupState v0 (api 84) from the coordinator partition's leader, with the data partition's leader epoch
+  now, which the share coordinator records with the state (the previous leader's writes are fenced from then on);
+  a share-partition whose read fails is left unread (it is read again at the next request, and acquires nothing
+  meanwhile).
 * **Answering** (:func:`write_states`, :func:`read_states`): on the coordinator lane, against the partition's
   :class:`~walgate.storage.replicated_coordinator_log.ReplicatedShareStateLog`; the handlers of api 84 and 85
   (:func:`walgate.gateway.kafka.share_state.answer_persisted`) answer only a cluster node (ClusterAction),
@@ -39,7 +41,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from kio.schema.read_share_group_state.v0.request import PartitionData as ReadPartition
 from kio.schema.read_share_group_state.v0.request import ReadShareGroupStateRequest, ReadStateData
@@ -49,7 +51,7 @@ from kio.schema.write_share_group_state.v0.request import StateBatch, WriteShare
 from kio.schema.write_share_group_state.v0.response import WriteShareGroupStateResponse
 from kio.static.primitive import i8, i16, i32, i64
 
-from walgate.coordinator.share_state_batches import fenced, from_wire, to_wire, with_epoch
+from walgate.coordinator.share_state_batches import epoch_of, fenced, from_wire, to_wire, with_epoch
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.group_coordinators import refusal
 from walgate.gateway.kafka.node_links import NodeUnreachable
@@ -61,7 +63,7 @@ from walgate.storage.replicated_coordinator_log import ReplicatedShareStateLog, 
 from walgate.storage.share_state_log import ShareKey
 from walgate.wire.errors import ErrorCode
 
-__all__ = ["RETRY_S", "SharePersister", "WRITE_S", "read_states", "write_states"]
+__all__ = ["RETRY_S", "SharePersister", "StateRead", "WRITE_S", "read_states", "write_states"]
 
 log = logging.getLogger("walgate.share_groups")
 
@@ -88,10 +90,31 @@ def write_states(shares: ReplicatedShareStateLog, writes: Sequence[Write]) -> di
     return refused
 
 
-def read_states(shares: ReplicatedShareStateLog, keys: Sequence[ShareKey]) -> dict[ShareKey, Any]:
-    """On the coordinator lane: the stored value of each of ``keys`` (None: no state)."""
+class StateRead(NamedTuple):
+    """A share-partition's stored value (None: no state), or why it was not read."""
+
+    value: Any
+    error: int = ErrorCode.none
+
+
+def read_states(shares: ReplicatedShareStateLog, reads: Sequence[tuple[ShareKey, int]]) -> dict[ShareKey, StateRead]:
+    """On the coordinator lane: each share-partition's stored state, read by the leader of the leader epoch given
+    with it: FENCED_LEADER_EPOCH for an epoch older than the stored state's; a newer one is recorded with the state
+    (one write: the lane's call returns once the in-sync replicas hold it, or raises StorageUnavailable), so that
+    the previous leader's writes are refused from then on, as Kafka's share coordinator records a read's epoch."""
     states = shares.states()
-    return {key: states.get(key) for key in keys}
+    out: dict[ShareKey, StateRead] = {}
+    raised = []
+    for key, epoch in reads:
+        stored = states.get(key)
+        if fenced(stored, epoch):
+            out[key] = StateRead(None, ErrorCode.fenced_leader_epoch)
+            continue
+        out[key] = StateRead(stored)
+        if stored is not None and epoch > epoch_of(stored):
+            raised.append((key, with_epoch(stored, epoch)))
+    shares.write(raised)
+    return out
 
 
 class SharePersister:
@@ -219,7 +242,12 @@ class SharePersister:
     async def _read_at(self, owner: int, group_id: str,
                        keys: Sequence[ShareKey]) -> tuple[int, str | None, Mapping[ShareKey, Any]]:
         if owner == self._broker.node_id:
-            return await self._local(group_id, lambda shares: read_states(shares, keys))
+            reads = [(key, self._leader_epoch(key[1], key[2])) for key in keys]
+            code, why, found = await self._local(group_id, lambda shares: read_states(shares, reads))
+            failed = [(k, r.error) for k, r in (found or {}).items() if r.error != ErrorCode.none]
+            if failed:
+                code, why = failed[0][1], f"refused for {sorted(k for k, _ in failed)}"
+            return code, why, {k: r.value for k, r in (found or {}).items() if r.error == ErrorCode.none}
         links = self._broker.links
         if links is None:
             return ErrorCode.coordinator_not_available, "no links to other nodes", {}

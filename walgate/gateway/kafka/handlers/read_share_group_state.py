@@ -2,7 +2,9 @@
 states from the share coordinator (KIP-932) before it serves them, here the leader of the group's
 ``__consumer_offsets`` partition in a replicated cluster (:mod:`walgate.gateway.kafka.share_persister`). Each
 partition answers its start offset and state batches (start offset -1 and no batches: no state), as the partition's
-in-sync replicas hold them. Only a cluster node is answered (CLUSTER_AUTHORIZATION_FAILED otherwise);
+in-sync replicas hold them; its leader epoch, when newer than the stored state's, is recorded with it (written, and
+answered once the in-sync replicas hold it: the previous leader's writes are fenced from then on), and an older one
+answers FENCED_LEADER_EPOCH. Only a cluster node is answered (CLUSTER_AUTHORIZATION_FAILED otherwise);
 NOT_COORDINATOR for a group whose partition this node does not lead, COORDINATOR_LOAD_IN_PROGRESS while it loads it.
 """
 
@@ -17,7 +19,6 @@ from walgate.gateway.kafka.share_persister import read_states
 from walgate.gateway.kafka.share_state import answer_persisted
 from walgate.storage.replicated_coordinator_log import ReplicatedShareStateLog
 from walgate.storage.share_state_log import ShareKey
-from walgate.wire.errors import ErrorCode
 from walgate.wire.messages import (
     ReadShareGroupStateRequest,
     ReadShareGroupStateRequestPartitionData,
@@ -29,12 +30,12 @@ API_KEY, MIN_VERSION, MAX_VERSION = 84, 0, 0
 
 def _read(shares: ReplicatedShareStateLog, keys: list[ShareKey],
           items: list[ReadShareGroupStateRequestPartitionData]) -> list[dict[str, Any]]:
-    """On the coordinator lane: each partition's stored state."""
-    values = read_states(shares, keys)
+    """On the coordinator lane: each partition's stored state (its reader's leader epoch recorded)."""
+    reads = read_states(shares, [(key, item.leader_epoch) for key, item in zip(keys, items, strict=True)])
     out = []
     for key, item in zip(keys, items, strict=True):
-        start, batches = to_wire(values[key])
-        out.append({"partition": item.partition, "error_code": ErrorCode.none, "state_epoch": 0, "start_offset": start,
+        start, batches = to_wire(reads[key].value)
+        out.append({"partition": item.partition, "error_code": reads[key].error, "state_epoch": 0, "start_offset": start,
                     "state_batches": [{"first_offset": b.first, "last_offset": b.last, "delivery_state": b.state,
                                        "delivery_count": b.delivery_count} for b in batches]})
     return out
