@@ -47,3 +47,5 @@ def test_a_read_of_a_newer_leader_epoch_fences_the_previous_leader() -> None:
     settled(log)  # the epoch it read in is recorded with it
     assert write_states(log, [(A, V2, 3)]) == {A: ErrorCode.fenced_leader_epoch}, "the previous leader is fenced"
     assert log.take_sync() is None and read_states(log, [(A, 5)]) == {A: StateRead({**V1, "l": 5})}
+    assert read_states(log, [(A, -1)]) == {A: StateRead({**V1, "l": 5})} and log.take_sync() is None, \
+        "a node that does not lead the partition reads it and fences nobody"

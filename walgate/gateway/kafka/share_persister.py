@@ -10,9 +10,9 @@ topic's partitions; walgate shares N and placement between its coordinators, as 
 
 * **Writes** (:meth:`SharePersister.write_round`): the share service's log is a
   :class:`~walgate.storage.replicated_coordinator_log.PersistedShareStateLog`; each group-commit round of it (the
-  states every call queued meanwhile) is written here, each state recorded with the leader epoch of its data
-  partition now (:mod:`walgate.coordinator.share_state_batches`), grouped by coordinator partition, all partitions
-  at once: appended locally (:func:`write_states` on the coordinator lane, answered once the partition's in-sync
+  states every call queued meanwhile) is written here, each state recorded with the leader epoch this node leads
+  its data partition in (:mod:`walgate.coordinator.share_state_batches`; a round holding a share-partition whose
+  partition this node no longer leads fails whole), grouped by coordinator partition, all partitions at once: appended locally (:func:`write_states` on the coordinator lane, answered once the partition's in-sync
   replicas hold it) when this node leads that partition, else sent to its leader as WriteShareGroupState v0 (api
   85) over the node links, which answers the same way. NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS,
   COORDINATOR_NOT_AVAILABLE and an unreachable node are tried again (:data:`RETRY_S` apart) for up to
@@ -101,13 +101,14 @@ def read_states(shares: ReplicatedShareStateLog, reads: Sequence[tuple[ShareKey,
     """On the coordinator lane: each share-partition's stored state, read by the leader of the leader epoch given
     with it: FENCED_LEADER_EPOCH for an epoch older than the stored state's; a newer one is recorded with the state
     (one write: the lane's call returns once the in-sync replicas hold it, or raises StorageUnavailable), so that
-    the previous leader's writes are refused from then on, as Kafka's share coordinator records a read's epoch."""
+    the previous leader's writes are refused from then on, as Kafka's share coordinator records a read's epoch; -1
+    (a node reading a share-partition it does not lead: the administration's) reads without either."""
     states = shares.states()
     out: dict[ShareKey, StateRead] = {}
     raised = []
     for key, epoch in reads:
         stored = states.get(key)
-        if fenced(stored, epoch):
+        if epoch >= 0 and fenced(stored, epoch):
             out[key] = StateRead(None, ErrorCode.fenced_leader_epoch)
             continue
         out[key] = StateRead(stored)
@@ -126,21 +127,29 @@ class SharePersister:
         self.partitions = partitions
 
     def _leader_epoch(self, topic: str, partition: int) -> int:
-        """The leader epoch now of the data partition of topic key ``topic`` (0: a one-copy one, or not known)."""
+        """The leader epoch this node leads the data partition of topic key ``topic`` in now: 0 for a one-copy one
+        (never moves), -1 when its partition state names another leader or none (nothing of it is written; it is
+        read without fencing anyone: :func:`read_states`)."""
         topics = self._broker.topics()
         name = topics.topic_name(uuid.UUID(topic))
         vgroup = None if name is None else topics.replicated_vgroup(name, partition)
+        if vgroup is None:
+            return 0
         led = self._broker.led
-        state = None if vgroup is None or led is None else led.state_of(*vgroup)
-        return 0 if state is None else state.leader_epoch
+        state = None if led is None else led.state_of(*vgroup)
+        return state.leader_epoch if state is not None and state.leader == self._broker.node_id else -1
 
     async def write_round(self, sync: Sync) -> None:
         """Write a :class:`ShareStateSync` round (GroupCommit's writer); its ``error`` set when it failed."""
         assert isinstance(sync, ShareStateSync)
         by_partition: dict[int, dict[str, list[Write]]] = {}
         for key, value in sync.records:
+            epoch = self._leader_epoch(key[1], key[2])
+            if epoch < 0:  # its leadership moved since: nothing of the round is written
+                sync.error = OSError(errno.EAGAIN, f"{key}: this node does not lead its partition now")
+                return
             writes = by_partition.setdefault(partition_for(key[0], self.partitions), {}).setdefault(key[0], [])
-            writes.append((key, value, self._leader_epoch(key[1], key[2])))
+            writes.append((key, value, epoch))
         failures = [f for f in await asyncio.gather(*(
             self._write_group(group, writes) for groups in by_partition.values() for group, writes in groups.items()
         )) if f is not None]
