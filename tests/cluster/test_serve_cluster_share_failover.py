@@ -22,24 +22,32 @@ from test_serve_cluster_shares import TOPIC, _java, _records  # (its _java consu
 COUNT = 30
 
 
-def _group_coordinated_apart(servers: str, leader: int) -> str:
-    """A share group id whose coordinator (the leader of its ``__consumer_offsets`` partition) is not ``leader``,
-    with ``share.auto.offset.reset=earliest``."""
-    for n in range(40):
+def _groups(servers: str, leader: int) -> tuple[str, str]:
+    """Two share group ids with ``share.auto.offset.reset=earliest``: one coordinated (the leader of its
+    ``__consumer_offsets`` partition) by another node than ``leader``, one by ``leader``."""
+    apart = together = None
+    for n in range(60):
         group = f"sf-{n}"
         coordinator = _coordinator(servers, group)
-        if coordinator not in (-1, leader):
+        if coordinator not in (-1, leader) and apart is None:
+            apart = group
+        elif coordinator == leader and together is None:
+            together = group
+        if apart is not None and together is not None:
             admin = AdminClient({"bootstrap.servers": servers})
-            resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=[
-                ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)])
-            for future in admin.incremental_alter_configs([resource]).values():
+            for future in admin.incremental_alter_configs([ConfigResource(ResourceType.GROUP, g, incremental_configs=[
+                    ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)])
+                    for g in (apart, together)]).values():
                 future.result(30)
-            return group
-    raise AssertionError(f"every group tried is coordinated by node {leader}")
+            return apart, together
+    raise AssertionError(f"no group coordinated by node {leader} and another by another node: {apart}, {together}")
 
 
 def test_acknowledged_records_stay_acknowledged_after_the_share_partitions_leader_is_killed(
         etcd1: EtcdCluster, tmp_path: Path) -> None:
+    """Two share groups over one partition: one coordinated by another node (its leader writes its state with
+    WriteShareGroupState), one by the partition's leader itself (written locally; killed with it, its
+    ``__consumer_offsets`` partition's new leader replays the state)."""
     with ExitStack() as stack:
         nodes = three_nodes(stack, etcd1, tmp_path, "--override", "offsets.topic.num.partitions=3")
         servers = bootstrap(nodes)
@@ -47,12 +55,13 @@ def test_acknowledged_records_stay_acknowledged_after_the_share_partitions_leade
         values = [b"v%d" % i for i in range(COUNT)]
         assert produce_to(nodes[0].kafka_port, TOPIC, {0: values}) == {0: list(range(COUNT))}
         leader = described(nodes[0], TOPIC)[0][0]
-        group = _group_coordinated_apart(servers, leader)
+        groups = _groups(servers, leader)
 
-        first = _records(_java("ShareWorker.java", nodes[leader - 1].kafka_port, group, "--max-records", "10",
-                               "--set", "max.poll.records=5", "--idle", "10", "--timeout", "60"), timeout=90)
-        acknowledged = {r["value"] for r in first}  # each ACCEPTed and committed (commitSync) before it exited
-        assert 10 <= len(acknowledged) < COUNT, first
+        workers = [_java("ShareWorker.java", nodes[leader - 1].kafka_port, group, "--max-records", "10",
+                         "--set", "max.poll.records=5", "--idle", "10", "--timeout", "60") for group in groups]
+        # each record ACCEPTed and committed (commitSync) before its worker exited
+        acknowledged = [{r["value"] for r in _records(w, timeout=90)} for w in workers]
+        assert all(10 <= len(a) < COUNT for a in acknowledged), acknowledged
         victim = nodes[leader - 1]
         victim.proc.send_signal(signal.SIGKILL)
         victim.proc.wait(10)
@@ -60,13 +69,15 @@ def test_acknowledged_records_stay_acknowledged_after_the_share_partitions_leade
         eventually("another node leads the partition", lambda: described(survivors[0], TOPIC)[0][0] not in
                    (leader, -1))
 
-        rest = _records(_java("ShareWorker.java", survivors[0].kafka_port, group, "--idle", "4", "--timeout", "60"),
-                        timeout=90)
-        again = {r["value"] for r in rest}
-        assert not again & acknowledged, "no acknowledged record is delivered again"
-        assert again == {v.decode() for v in values} - acknowledged, "no record is lost"
-        new = described(survivors[0], TOPIC)[0][0]
-        assert f"share group '{group}': the state of 1 share-partition(s) read from node " in \
-            next(s for s in survivors if s is nodes[new - 1]).log(), "the new leader read the state"
+        workers = [_java("ShareWorker.java", survivors[0].kafka_port, group, "--idle", "4", "--timeout", "60")
+                   for group in groups]
+        for group, worker, before in zip(groups, workers, acknowledged, strict=True):
+            again = {r["value"] for r in _records(worker, timeout=90)}
+            assert not again & before, f"{group}: no acknowledged record is delivered again"
+            assert again == {v.decode() for v in values} - before, f"{group}: no record is lost"
+        new = nodes[described(survivors[0], TOPIC)[0][0] - 1]
+        for group in groups:
+            assert f"share group '{group}': the state of 1 share-partition(s) read from node " in new.log(), \
+                f"{group}: the new leader read the state"
         for s in survivors:
             no_traceback(s)
