@@ -22,11 +22,11 @@ GROUP, TOPIC = "failover-group", "cf"
 _MOVING = (KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError.NOT_COORDINATOR)
 
 
-def _coordinator(servers: str, group: str = GROUP) -> int:
-    """The node FindCoordinator names for ``group`` (through AdminClient's describe); -1 while the describe gets a
+def _coordinator(servers: str) -> int:
+    """The node FindCoordinator names for :data:`GROUP` (through AdminClient's describe); -1 while the describe gets a
     retriable error (COORDINATOR_LOAD_IN_PROGRESS while the new leader loads the partition)."""
     admin = AdminClient({"bootstrap.servers": servers})
-    [future] = admin.describe_consumer_groups([group], request_timeout=10).values()
+    [future] = admin.describe_consumer_groups([GROUP], request_timeout=10).values()
     try:
         return future.result(15).coordinator.id
     except KafkaException as exc:

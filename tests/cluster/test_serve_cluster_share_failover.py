@@ -8,14 +8,15 @@ receives every record not acknowledged before the kill and none that was (real n
 
 from __future__ import annotations
 
+import contextlib
 import signal
 from contextlib import ExitStack
 from pathlib import Path
 
+from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic, ResourceType
 from etcd_cluster import EtcdCluster
 from serve_support import create_topics, eventually, no_traceback, produce_to
-from test_serve_cluster_coordinator_failover import _coordinator
 from test_serve_cluster_replicated_topics import bootstrap, described, three_nodes
 from test_serve_cluster_shares import TOPIC, _java, _records  # (its _java consumes its TOPIC)
 
@@ -25,22 +26,26 @@ COUNT = 30
 def _groups(servers: str, leader: int) -> tuple[str, str]:
     """Two share group ids with ``share.auto.offset.reset=earliest``: one coordinated (the leader of its
     ``__consumer_offsets`` partition) by another node than ``leader``, one by ``leader``."""
-    apart = together = None
-    for n in range(60):
-        group = f"sf-{n}"
-        coordinator = _coordinator(servers, group)
-        if coordinator not in (-1, leader) and apart is None:
-            apart = group
-        elif coordinator == leader and together is None:
-            together = group
-        if apart is not None and together is not None:
-            admin = AdminClient({"bootstrap.servers": servers})
-            for future in admin.incremental_alter_configs([ConfigResource(ResourceType.GROUP, g, incremental_configs=[
-                    ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)])
-                    for g in (apart, together)]).values():
-                future.result(30)
-            return apart, together
-    raise AssertionError(f"no group coordinated by node {leader} and another by another node: {apart}, {together}")
+    admin = AdminClient({"bootstrap.servers": servers})
+    candidates = [f"sf-{n}" for n in range(30)]
+    coordinators: dict[str, int] = {}
+
+    def named() -> bool:
+        """Every candidate's coordinator named (COORDINATOR_LOAD_IN_PROGRESS while the partitions are first loaded)."""
+        for group, future in admin.describe_consumer_groups([g for g in candidates if g not in coordinators],
+                                                            request_timeout=10).items():
+            with contextlib.suppress(KafkaException):
+                coordinators[group] = future.result(15).coordinator.id
+        return len(coordinators) == len(candidates)
+
+    eventually("the candidate groups' coordinators are named", named)
+    apart = next(g for g in candidates if coordinators[g] not in (-1, leader))
+    together = next(g for g in candidates if coordinators[g] == leader)
+    for future in admin.incremental_alter_configs([ConfigResource(ResourceType.GROUP, g, incremental_configs=[
+            ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)])
+            for g in (apart, together)]).values():
+        future.result(30)
+    return apart, together
 
 
 def test_acknowledged_records_stay_acknowledged_after_the_share_partitions_leader_is_killed(
