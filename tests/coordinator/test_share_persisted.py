@@ -34,28 +34,32 @@ def test_a_share_partition_acquires_nothing_before_its_state_is_read_then_goes_o
     assert c.reads("g", [("t", 0)]) == []  # nothing to read from the log before the state is
     assert c.acquire("g", "a", [("t", 0)], 5, 0, never)[("t", 0)].acquired == []
     assert c.take_records() == [] and c.partitions == {}  # not started at share.auto.offset.reset meanwhile
-    c.states_read({("g", "t", 0): {"s": 4, "e": 6, "r": [[4, 4, 2, 1], [5, 5, 0, 1]]}})
+    c.states_read({("g", "t", 0): {"s": 4, "e": 6, "r": [[4, 4, 2, 1], [5, 5, 0, 1]]}}, 0)
     assert c.unread("g", [("t", 0)]) == []
     assert c.acquire("g", "a", [("t", 0)], 3, 0, never)[("t", 0)].acquired == [Acquired(5, 5, 2), Acquired(6, 7, 1)]
 
 
 def test_a_share_partition_read_without_state_starts_at_the_reset_and_a_late_read_changes_nothing():
     c = persisted()
-    c.states_read({("g", "t", 0): None})
+    c.states_read({("g", "t", 0): None}, 0)
     assert c.acquire("g", "a", [("t", 0)], 2, 0, never)[("t", 0)].acquired == [Acquired(0, 1, 1)]  # earliest
-    c.states_read({("g", "t", 0): {"s": 9, "e": 9, "r": []}})  # a read that crossed the first: what is used stays
+    c.states_read({("g", "t", 0): {"s": 9, "e": 9, "r": []}}, 0)  # a read that crossed the first: what is used stays
     assert c.partitions[("g", "t", 0)].start == 0
 
 
 def test_forgetting_a_topic_partition_drops_every_group_s_state_there_and_a_refused_write_does_not_restore_it():
     c = persisted()
-    c.states_read({("g", "t", 0): None, ("h", "t", 0): {"s": 3, "e": 3, "r": []}, ("g", "t", 1): None})
+    c.states_read({("g", "t", 0): None, ("h", "t", 0): {"s": 3, "e": 3, "r": []}, ("g", "t", 1): None}, 0)
     c.acquire("g", "a", [("t", 0)], 2, 0, never)
     c.written(1)  # the new share-partition's write, not durable yet
     c.forget("t", 0)
     assert c.unread("g", [("t", 0), ("t", 1)]) == [("g", "t", 0)] and c.unread("h", [("t", 0)]) == [("h", "t", 0)]
     c.refused()
     assert ("g", "t", 0) not in c.partitions and c.take_records() == []
+    c.states_read({("g", "t", 0): {"s": 7, "e": 7, "r": []}}, 0)  # a read begun before the forget: not taken
+    assert c.unread("g", [("t", 0)]) == [("g", "t", 0)]
+    c.states_read({("g", "t", 0): {"s": 7, "e": 7, "r": []}}, c.forgotten)
+    assert c.unread("g", [("t", 0)]) == []
 
 
 def test_dropping_a_share_partition_whose_state_was_not_read_writes_its_deletion():

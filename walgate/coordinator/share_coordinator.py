@@ -148,6 +148,7 @@ class ShareCoordinator:
         self.logs = logs
         self.persisted = persisted
         self._read: set[ShareKey] = set()  # persisted: keys whose durable state was read (kept while used)
+        self.forgotten = 0  # persisted: calls of forget so far (a read begun before one is not taken)
         self.partitions: dict[ShareKey, SharePartition] = {}
         self.sessions: dict[tuple[str, str], _Session] = {}
         self._stored: dict[ShareKey, Any] = {}  # durable values not yet rebuilt
@@ -190,8 +191,12 @@ class ShareCoordinator:
         keys = [(group_id, topic, partition) for topic, partition in partitions]
         return [k for k in keys if k not in self._read and k not in self.partitions and k not in self._stored]
 
-    def states_read(self, values: Mapping[ShareKey, Any]) -> None:
-        """The durable values read of share-partitions (None: no state); those used meanwhile keep what they have."""
+    def states_read(self, values: Mapping[ShareKey, Any], forgotten: int) -> None:
+        """The durable values read of share-partitions (None: no state), by a read begun when :attr:`forgotten` was
+        ``forgotten``: none is taken when a leadership changed since (they are read again at their next use); those
+        used meanwhile keep what they have."""
+        if forgotten != self.forgotten:
+            return
         for key, value in values.items():
             if key in self._read or key in self.partitions or key in self._stored:
                 continue
@@ -210,6 +215,7 @@ class ShareCoordinator:
                 del held[key]
         self._read = {k for k in self._read if not gone(k)}
         self._released = {k for k in self._released if not gone(k)}
+        self.forgotten += 1
 
     # -- durability ---------------------------------------------------------------------------------------------
 

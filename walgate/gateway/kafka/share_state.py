@@ -95,11 +95,12 @@ Asked = Sequence[tuple[uuid.UUID | None, Sequence[Any]]]
 """A state request's (topic id, its partition items)."""
 
 
-async def answer_persisted(broker: Broker, ctx: RequestContext, group_id: str, topics: Asked, answer: Callable[[ReplicatedShareStateLog, list[ShareKey], list[Any]],
-                                                           list[dict[str, Any]]]) -> list[dict[str, Any]]:
+async def answer_persisted(broker: Broker, ctx: RequestContext, group_id: str, topics: Asked,
+                           answer: Callable[[ReplicatedShareStateLog, list[ShareKey], list[Any]], list[dict[str, Any]]]
+                           ) -> list[dict[str, Any]]:
     """The results (topic id, one per asked partition, in order) of a ReadShareGroupState / WriteShareGroupState of
-    ``group_id`` over ``topics`` (:mod:`.share_persister`): refused for every partition unless a cluster node sent it and
-    this node has the group's partition loaded, else ``answer(log, keys, items)`` on the coordinator lane (a write
+    ``group_id`` over ``topics`` (:mod:`.share_persister`): refused for every partition unless a cluster node sent it
+    and this node has the group's partition loaded, else ``answer(log, keys, items)`` on the coordinator lane (a write
     refused by the in-sync replicas: COORDINATOR_NOT_AVAILABLE, retriable)."""
     def every(code: int, message: str | None = None) -> list[dict[str, Any]]:
         return [{"topic_id": tid, "partitions": [{"partition": i.partition, "error_code": code,

@@ -176,11 +176,13 @@ class ShareService:
         nothing and are read at the next call)."""
         if self.persister is None:
             return
-        unread = await self.lane.call(self.coordinator.unread, group_id, partitions)
+        coordinator = self.coordinator
+        unread, forgotten = await self.lane.call(lambda: (coordinator.unread(group_id, partitions),
+                                                          coordinator.forgotten))
         if unread:
             values = await self.persister.read(group_id, unread)
             if values:
-                await self.lane.call(self.coordinator.states_read, values)
+                await self.lane.call(coordinator.states_read, values, forgotten)
 
     def leadership(self, key: VnodeKey, epoch: int | None) -> None:
         """The replica manager began (``epoch``) or stopped (None) leading vnode ``key``: with a persister, the
