@@ -158,6 +158,14 @@ class ReplicatedShareStateLog(ShareStateLog):
         log._apply(replayed.items())
         return log
 
+    def latest(self, key: ShareKey) -> Any:
+        """The newest value of ``key`` written, durable or queued (a queued one may yet be refused); None: none."""
+        for _, records in reversed(self._pending):
+            for k, value in reversed(records):
+                if k == key:
+                    return value
+        return self._live.get(key)
+
     def _body(self, records: Sequence[tuple[ShareKey, Any]]) -> bytes:
         return encode_records([coordinator_record(("s", *key), value) for key, value in records], self._clock_ms())
 

@@ -83,9 +83,9 @@ Write = tuple[ShareKey, Any, int]
 def write_states(shares: ReplicatedShareStateLog, writes: Sequence[Write]) -> dict[ShareKey, int]:
     """On the coordinator lane: ``writes`` queued as one write of ``shares`` (the lane's call returns once the
     partition's in-sync replicas hold it, or raises StorageUnavailable); the error of each write refused instead
-    (FENCED_LEADER_EPOCH: its leader epoch is older than the stored state's)."""
-    states = shares.states()
-    refused: dict[ShareKey, int] = {key: ErrorCode.fenced_leader_epoch for key, _, epoch in writes if fenced(states.get(key), epoch)}
+    (FENCED_LEADER_EPOCH: its leader epoch is older than the newest state's written, queued ones included)."""
+    refused: dict[ShareKey, int] = {key: ErrorCode.fenced_leader_epoch for key, _, epoch in writes
+                                    if fenced(shares.latest(key), epoch)}
     shares.write([(key, with_epoch(value, epoch)) for key, value, epoch in writes if key not in refused])
     return refused
 
@@ -98,23 +98,24 @@ class StateRead(NamedTuple):
 
 
 def read_states(shares: ReplicatedShareStateLog, reads: Sequence[tuple[ShareKey, int]]) -> dict[ShareKey, StateRead]:
-    """On the coordinator lane: each share-partition's stored state, read by the leader of the leader epoch given
-    with it: FENCED_LEADER_EPOCH for an epoch older than the stored state's; a newer one is recorded with the state
-    (one write: the lane's call returns once the in-sync replicas hold it, or raises StorageUnavailable), so that
-    the previous leader's writes are refused from then on, as Kafka's share coordinator records a read's epoch; -1
-    (a node reading a share-partition it does not lead: the administration's) reads without either."""
+    """On the coordinator lane: each share-partition's newest state, read by the leader of the leader epoch given
+    with it: FENCED_LEADER_EPOCH for an epoch older than the state's; a newer one is recorded with the state (one
+    write: the lane's call returns once the in-sync replicas hold it, or raises StorageUnavailable), so that the
+    previous leader's writes are refused from then on, as Kafka's share coordinator records a read's epoch; -1 (a
+    node reading a share-partition it does not lead: the administration's) reads without either. A state queued
+    and not durable yet is written again with the read, so that it is answered only once durable."""
     states = shares.states()
     out: dict[ShareKey, StateRead] = {}
-    raised = []
+    again = []
     for key, epoch in reads:
-        stored = states.get(key)
-        if epoch >= 0 and fenced(stored, epoch):
+        newest = shares.latest(key)
+        if epoch >= 0 and fenced(newest, epoch):
             out[key] = StateRead(None, ErrorCode.fenced_leader_epoch)
             continue
-        out[key] = StateRead(stored)
-        if stored is not None and epoch > epoch_of(stored):
-            raised.append((key, with_epoch(stored, epoch)))
-    shares.write(raised)
+        out[key] = StateRead(newest)
+        if newest is not states.get(key) or (newest is not None and epoch > epoch_of(newest)):
+            again.append((key, with_epoch(newest, max(epoch, epoch_of(newest)))))
+    shares.write(again)
     return out
 
 
