@@ -15,7 +15,8 @@ topic's partitions; walgate shares N and placement between its coordinators, as 
   partition this node no longer leads fails whole), grouped by coordinator partition, all partitions at once: appended locally (:func:`write_states` on the coordinator lane, answered once the partition's in-sync
   replicas hold it) when this node leads that partition, else sent to its leader as WriteShareGroupState v0 (api
   85) over the node links, which answers the same way. NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS,
-  COORDINATOR_NOT_AVAILABLE and an unreachable node are tried again (:data:`RETRY_S` apart) for up to
+  COORDINATOR_NOT_AVAILABLE, CLUSTER_AUTHORIZATION_FAILED (the other node has not read the cluster's node token yet)
+  and an unreachable node are tried again (:data:`RETRY_S` apart) for up to
   :data:`WRITE_S`; then, or for any other error (FENCED_LEADER_EPOCH: this node's leadership is older than the
   state's writer's), the round fails: the share coordinator undoes every change not durable and the client is
   answered a retriable error. A round written to some partitions and not others is refused whole (what was written
@@ -74,7 +75,8 @@ RETRY_S: Final = 0.2
 """Between two tries of a write or read refused with a retriable error."""
 
 RETRIABLE: Final = frozenset({ErrorCode.not_coordinator, ErrorCode.coordinator_load_in_progress,
-                              ErrorCode.coordinator_not_available})
+                              ErrorCode.coordinator_not_available,
+                              ErrorCode.cluster_authorization_failed})  # (the other node has not read the node token)
 
 Write = tuple[ShareKey, Any, int]
 """(share-partition, durable value or None: deleted, leader epoch of its data partition)."""
