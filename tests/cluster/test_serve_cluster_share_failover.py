@@ -1,8 +1,8 @@
 """A replicated cluster's share-partition states fail over (issue 25, docs/plans/replication-wiring.md step 7
 increment 6): a share-partition's leader persists its state in the group's ``__consumer_offsets`` partition (kept by
-the group's coordinator, here another node: WriteShareGroupState), acknowledging only once its in-sync replicas hold
-it; after the data partition's leader is killed -9 its new leader reads the state (ReadShareGroupState) before it
-serves the partition: the real Java ``KafkaShareConsumer`` (kafka-clients 4.3, compat-tests/java/ShareWorker.java)
+the group's coordinator: another node for one group, WriteShareGroupState; the leader itself for the other, killed
+with it), acknowledging only once its in-sync replicas hold it; after the data partition's leader is killed -9 its
+new leader reads the state (ReadShareGroupState, or locally) before it serves the partition: the real Java ``KafkaShareConsumer`` (kafka-clients 4.3, compat-tests/java/ShareWorker.java)
 receives every record not acknowledged before the kill and none that was (real nodes and etcd).
 """
 
