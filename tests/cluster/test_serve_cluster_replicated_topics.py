@@ -190,6 +190,20 @@ class Writer(threading.Thread):
         return sum(isinstance(op, Send) and op.outcome == "ok" for op in self.history)
 
 
+def checked(history: list[Op], writer: Writer, nodes: list[WalgateServer]) -> list[Send]:
+    """The sends of ``history`` once checked: ``writer`` gave none up and was told no fatal error, every send
+    acknowledged, and, with each partition read whole through each of ``nodes`` (at once), the history checker
+    finds nothing (no acknowledged write lost or duplicated, one value per offset, every node's the same)."""
+    assert [e for e in writer.errors if e.fatal()] == [] and writer.failed == [], (writer.errors, writer.failed)
+    sends = [op for op in history if isinstance(op, Send)]
+    assert sends and all(s.outcome == "ok" for s in sends)
+    reads_of = [(k + 1, server, p) for k, server in enumerate(nodes) for p in range(PARTITIONS)]
+    with ThreadPoolExecutor(len(reads_of)) as pool:
+        history += pool.map(lambda r: FinalRead(FINAL + r[0], str(r[2]), full_read(r[1], r[2])), reads_of)
+    assert check(history) == []
+    return sends
+
+
 def full_read(server: WalgateServer, partition: int) -> list[tuple[int, int]]:
     """Every (offset, value) of ``partition`` from offset 0 to its end, read through ``server`` alone."""
     consumer = Consumer({"bootstrap.servers": f"127.0.0.1:{server.kafka_port}", "group.id": "kt-final",
@@ -265,14 +279,7 @@ def test_replicated_topics_are_placed_described_and_survive_a_leaders_kill_9(etc
         finally:
             writer.stop()
             reader.stop(writer.acked())
-        assert [e for e in writer.errors if e.fatal()] == [] and writer.failed == [], (writer.errors, writer.failed)
-        sends = [op for op in history if isinstance(op, Send)]
-        assert sends and all(s.outcome == "ok" for s in sends)
-        reads_of = [(k + 1, server, p) for k, server in enumerate(nodes) for p in range(PARTITIONS)]
-        with ThreadPoolExecutor(len(reads_of)) as pool:  # each partition read whole through each node, at once
-            finals = list(pool.map(lambda r: FinalRead(FINAL + r[0], str(r[2]), full_read(r[1], r[2])), reads_of))
-        history += finals
-        assert check(history) == []
+        sends = checked(history, writer, nodes)
         assert reader.read() >= len(sends), "the consumer read every acknowledged value"
         kept = {server.data_dir: vnode_dirs(server) for server in nodes}
         states = len(partition_states(etcd1))  # (__consumer_offsets' too, once a group's coordinator was asked)

@@ -56,7 +56,7 @@ def expected(api_key: int, version: int) -> ErrorCode:
     """The one error code of the answer: every request here is valid, so it succeeds, as Kafka answers it."""
     if api_key in SASL_APIS:
         return ErrorCode.illegal_sasl_state
-    if api_key in (27, 83, 86, 87) or (api_key, version >= 4) == (24, True):
+    if api_key in (27, 83, 84, 85, 86, 87) or (api_key, version >= 4) == (24, True):
         # WriteTxnMarkers, AddPartitionsToTxn v4+ (the brokers' form), the share-group state RPCs: only a cluster
         # node, authenticated with the node token, may send them, and a single node has no other (kafka/node_auth.py)
         return ErrorCode.cluster_authorization_failed
@@ -454,6 +454,19 @@ def delete_share_group_offsets(conn: KafkaConnection, node: Node, version: int) 
 def initialize_share_group_state(conn: KafkaConnection, node: Node, version: int) -> dict[str, Any]:
     return {"group_id": "share-state", "topics": [{"topic_id": node.topic_id, "partitions": [
         {"partition": 0, "state_epoch": 0, "start_offset": 0}]}]}
+
+
+@request(84)
+def read_share_group_state(conn: KafkaConnection, node: Node, version: int) -> dict[str, Any]:
+    return {"group_id": "share-state", "topics": [{"topic_id": node.topic_id, "partitions": [
+        {"partition": 0, "leader_epoch": 0}]}]}
+
+
+@request(85)
+def write_share_group_state(conn: KafkaConnection, node: Node, version: int) -> dict[str, Any]:
+    return {"group_id": "share-state", "topics": [{"topic_id": node.topic_id, "partitions": [
+        {"partition": 0, "state_epoch": 0, "leader_epoch": 0, "start_offset": 0, "state_batches": [
+            {"first_offset": 0, "last_offset": 0, "delivery_state": 2, "delivery_count": 1}]}]}]}
 
 
 @request(86)

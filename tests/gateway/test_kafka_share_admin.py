@@ -261,8 +261,8 @@ def test_an_alter_and_a_delete_survive_a_kill(tmp_path: Path) -> None:
 
 
 def test_the_share_state_rpcs_are_refused_from_a_client_and_change_nothing(tmp_path: Path) -> None:
-    """InitializeShareGroupState, DeleteShareGroupState and ReadShareGroupStateSummary (83, 86, 87) are for cluster
-    nodes only (ClusterAction): a client gets CLUSTER_AUTHORIZATION_FAILED for every partition, and the group's state
+    """InitializeShareGroupState, ReadShareGroupState, WriteShareGroupState, DeleteShareGroupState and
+    ReadShareGroupStateSummary (83-87) are for cluster nodes only (ClusterAction): a client gets CLUSTER_AUTHORIZATION_FAILED for every partition, and the group's state
     is neither read nor changed; so is FindCoordinator of a share-partition (key type 2, v6; INVALID_REQUEST before
     v6, as Kafka answers)."""
     with gateway_thread(tmp_path / "data") as gw, KafkaConnection(gw.kafka_address) as conn:
@@ -274,6 +274,10 @@ def test_the_share_state_rpcs_are_refused_from_a_client_and_change_nothing(tmp_p
             83: {"group_id": "g", "topics": [{"topic_id": topic_id, "partitions": [
                 {"partition": 0, "state_epoch": 0, "start_offset": 0}, {"partition": 1, "state_epoch": 0,
                                                                          "start_offset": 0}]}]},
+            84: {"group_id": "g", "topics": [{"topic_id": topic_id, "partitions": [
+                {"partition": 0, "leader_epoch": 0}]}]},
+            85: {"group_id": "g", "topics": [{"topic_id": topic_id, "partitions": [
+                {"partition": 0, "state_epoch": 0, "leader_epoch": 0, "start_offset": 9, "state_batches": []}]}]},
             86: {"group_id": "g", "topics": [{"topic_id": topic_id, "partitions": [{"partition": 0}]}]},
             87: {"group_id": "g", "topics": [{"topic_id": topic_id, "partitions": [
                 {"partition": 0, "leader_epoch": 0}]}]},

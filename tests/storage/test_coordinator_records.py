@@ -28,6 +28,7 @@ from walgate.storage.coordinator_records import (
 )
 from walgate.storage.damage import DamageLog
 from walgate.storage.partitions import lost_batch
+from walgate.storage.share_state_log import ShareStateLog, share_line
 from walgate.storage.transactions_log import TRANSACTIONS_LOG, TransactionLog, transaction_line
 from walgate.wire.record_batch import decode_batch, encode_batch, end_txn_marker, rebase
 
@@ -35,6 +36,7 @@ C1 = Committed(5, 2, "meta", 1_700_000_000_000)
 C2 = Committed(9, 3, None, 1_700_000_000_500)
 TXN = {"pid": 7, "epoch": 1, "state": "Ongoing", "partitions": [["t", 0]]}
 HELD = {"pid": 7, "epoch": 1, "state": "Ongoing", "groups": ["g"], "proxy": True}
+SHARE = {"s": 10, "e": 14, "r": [[10, 11, 2, 1], [12, 13, 0, 2]]}  # what SharePartition.to_record writes
 
 
 def batches(*groups: list[tuple[bytes, bytes | None]], start: int = 0) -> list[bytes]:
@@ -58,6 +60,17 @@ def test_held_offsets_of_an_id_replay_apart_from_its_state():
     assert reports == [] and dict(logs.transactions.records) == {"a": TXN} and dict(logs.held.records) == {"a": HELD}
 
 
+def test_share_partition_states_replay_apart_from_the_offsets_of_the_same_key():
+    """``["s", group, topic key, partition]`` records go to ``shares``, never to the group's committed offset of
+    the same (group, topic, partition); a tombstone deletes the share-partition's state."""
+    logs, reports = replay(batches(
+        [coordinator_record(("s", "g", "t", 0), SHARE), coordinator_record(("o", "g", "t", 0), C1),
+         coordinator_record(("s", "g", "t", 1), SHARE)],
+        [coordinator_record(("s", "g", "t", 1), None), coordinator_record(("s", "h", "t", 0), {"s": 0, "e": 0, "r": []})]))
+    assert reports == [] and dict(logs.offsets.items()) == {("g", "t", 0): C1}
+    assert dict(logs.shares.states()) == {("g", "t", 0): SHARE, ("h", "t", 0): {"s": 0, "e": 0, "r": []}}
+
+
 def replay(chunks: list[bytes]) -> tuple[ReplayedLogs, list[str]]:
     reports: list[str] = []
     return replay_records(chunks, reports.append), reports
@@ -71,6 +84,7 @@ def replay(chunks: list[bytes]) -> tuple[ReplayedLogs, list[str]]:
     (("g", "group-1"), b'["g","group-1"]'),
     (("t", "txn \u2603"), b'["t","txn \xe2\x98\x83"]'),
     (("h", "txn"), b'["h","txn"]'),
+    (("s", "g", "6ba7b810-9dad-11d1-80b4-00c04fd430c8", 3), b'["s","g","6ba7b810-9dad-11d1-80b4-00c04fd430c8",3]'),
 ])
 def test_every_key_kind_round_trips(key, raw):
     assert record_key(key) == raw
@@ -78,7 +92,7 @@ def test_every_key_kind_round_trips(key, raw):
 
 
 @given(st.one_of(
-    st.tuples(st.just("o"), st.text(max_size=8), st.text(max_size=8), st.integers(-(2**63), 2**63 - 1)),
+    st.tuples(st.sampled_from(["o", "s"]), st.text(max_size=8), st.text(max_size=8), st.integers(-(2**63), 2**63 - 1)),
     st.tuples(st.sampled_from(["g", "t", "h"]), st.text(max_size=12)),
 ))
 @fuzz_settings(300)
@@ -90,6 +104,7 @@ def test_keys_round_trip(key):
     b"", b"not json", b"{}", b"[]", b'"g"', b"[1, 2]", b'["g"]', b'["g","a","b"]', b'["o","g","t"]',
     b'["o","g","t","0"]', b'["o","g","t",true]', b'["o","g","t",1.0]', b'["o","g",1,0]', b'["t",null]',
     b'["g", "a"]', b'["g","\\u0061"]', b' ["g","a"]', b'["g","a"]\n',  # another encoding of ["g","a"]
+    b'["s","g","t"]', b'["s","g","t","0"]', b'["s","g",1,0]', b'["s","g","t",0,1]',
 ])
 def test_a_key_that_is_no_coordinator_key_does_not_parse(raw):
     with pytest.raises(ValueError) as info:
@@ -99,12 +114,12 @@ def test_a_key_that_is_no_coordinator_key_does_not_parse(raw):
 
 def test_a_key_of_another_kind_is_told_apart():
     with pytest.raises(UnknownRecordKind):
-        parse_key(b'["s","group","topic",0]')
+        parse_key(b'["x","group","topic",0]')
 
 
 @pytest.mark.parametrize("key", [
     (), ("o", "g", "t"), ("o", "g", "t", "0"), ("o", "g", "t", True), ("g", 1), ("t", None), ("x", "a"),
-    (["g"], "a"), ["g", "a"], ("g", "\ud800"),
+    (["g"], "a"), ["g", "a"], ("g", "\ud800"), ("s", "g", "t"), ("s", "g", "t", "0"),
 ])
 def test_record_key_refuses_what_is_no_key(key):
     with pytest.raises(ValueError):
@@ -133,6 +148,15 @@ def test_values_are_the_lines_the_file_logs_write(tmp_path):
     assert coordinator_record(("o", "g", "u", 3), None) == (b'["o","g","u",3]', None)  # a deletion: a tombstone
     with pytest.raises(ValueError):
         coordinator_record(("o", "g", "t", 0), {"offset": 5})
+
+
+def test_share_values_are_the_lines_share_groups_log_writes(tmp_path):
+    shares = ShareStateLog.open(tmp_path / "share_groups.log")
+    shares.write([(("g", "t", 0), SHARE), (("g", "t", 1), SHARE)])
+    shares.write([(("g", "t", 1), None)])
+    assert coordinator_record(("s", "g", "t", 0), SHARE)[1] + coordinator_record(("s", "g", "t", 1), SHARE)[1] \
+        + share_line(("g", "t", 1), None) == (tmp_path / "share_groups.log").read_bytes()
+    assert coordinator_record(("s", "g", "t", 1), None) == (b'["s","g","t",1]', None)
 
 
 def test_a_batch_of_records_is_magic_2_uncompressed_at_offset_0_without_a_producer():
@@ -186,6 +210,7 @@ ops = st.lists(st.one_of(
     st.tuples(st.tuples(st.just("o"), names, names, st.integers(0, 2)), st.none() | committed),
     st.tuples(st.tuples(st.just("g"), names), st.none() | json_values),
     st.tuples(st.tuples(st.just("t"), names), st.none() | st.dictionaries(names, json_values, max_size=3)),
+    st.tuples(st.tuples(st.just("s"), names, names, st.integers(0, 2)), st.none() | json_values),
 ), max_size=40)
 
 
@@ -193,6 +218,8 @@ def file_line(key: CoordinatorRecordKey, value: Any) -> bytes:
     """The line the file log writes for *value* (None: its tombstone line) of *key*."""
     if key[0] == "t":
         return transaction_line(key[1], value)
+    if key[0] == "s":
+        return share_line((key[1], key[2], key[3]), value)
     return record_line(key[1] if key[0] == "g" else (key[1], key[2], key[3]), value)
 
 
@@ -216,15 +243,19 @@ def test_records_replay_to_the_map_the_file_logs_replay_from_the_same_lines(ops,
             chunks[i : i + 2] = [chunks[i] + chunks[i + 1]]
     with tempfile.TemporaryDirectory() as tmp:
         offsets_path, txn_path = Path(tmp) / "offsets-0.log", Path(tmp) / TRANSACTIONS_LOG
-        offsets_path.write_bytes(b"".join(file_line(k, v) for k, v in ops if k[0] != "t"))
+        shares_path = Path(tmp) / "share_groups.log"
+        offsets_path.write_bytes(b"".join(file_line(k, v) for k, v in ops if k[0] in "og"))
         txn_path.write_bytes(b"".join(file_line(k, v) for k, v in ops if k[0] == "t"))
+        shares_path.write_bytes(b"".join(file_line(k, v) for k, v in ops if k[0] == "s"))
         damage = DamageLog(Path(tmp))
         from_file = CoordinatorLog.read(offsets_path, damage)
         txns = TransactionLog.open(txn_path, damage)
+        shares = ShareStateLog.open(shares_path, damage)
         assert damage.records == []
     logs, reports = replay(chunks)
     assert reports == []
     assert state(logs) == (dict(from_file.items()), dict(from_file.groups()), dict(txns.records))
+    assert dict(logs.shares.states()) == dict(shares.states())
 
 
 # ---------------------------------------------------------------------------------------------------------- damage
@@ -312,6 +343,9 @@ def test_a_record_whose_key_does_not_match_its_line_is_reported_and_skipped():
         (record_key(("t", "g")), GOOD[1][1]),  # a group record under a transaction key
         (record_key(("g", "a")), GOOD[2][1]),  # a transaction record under a group key
         (record_key(("g", "g")), GOOD[0][1]),  # an offset commit under a group key
+        (record_key(("s", "g", "t", 1)), coordinator_record(("s", "g", "t", 0), SHARE)[1]),  # another share-partition's
+        (record_key(("s", "g", "t", 0)), GOOD[0][1]),  # an offset commit under a share key
+        (record_key(("o", "g", "t", 0)), coordinator_record(("s", "g", "t", 0), SHARE)[1]),  # and the reverse
     ]
     for number, (key, value) in enumerate(mismatched):
         chunks, at = damaged(rebase(encode_records([GOOD[2], (key, value)], 5), 12, 0))
@@ -328,6 +362,7 @@ def test_a_record_whose_key_does_not_match_its_line_is_reported_and_skipped():
     (GOOD[1][0], lines.encode(["g", 1]), "not an offset commit or group record"),
     (GOOD[1][0], lines.encode(None), "not an offset commit or group record"),  # a line of null is no tombstone
     (GOOD[2][0], GOOD[1][1], "not a transaction record"),
+    (record_key(("s", "g", "t", 0)), lines.encode({"g": "g", "t": "t", "p": -1, "v": 1}), "not a share-partition record"),
     (b"garbage", GOOD[1][1], "key is not JSON"),
 ])
 def test_a_record_that_is_no_coordinator_record_is_reported_and_skipped(key, value, says):
@@ -356,11 +391,11 @@ def test_a_transactional_batch_of_data_is_reported_and_skipped():
 
 
 def test_records_of_a_later_kind_are_skipped_with_a_warning_not_reported(caplog):
-    later = (b'["s","group","topic",0]', b"anything")
+    later = (b'["x","group","topic",0]', b"anything")
     with caplog.at_level(logging.WARNING, "walgate.storage.coordinator_records"):
         logs, reports = replay(damaged(rebase(encode_records([later] + GOOD, 5), 12, 0))[0])
     assert without_z(logs) == AFTER and reports == []
-    assert "batch at offset 12: skipped records of a later version (key of unknown kind 's')" in caplog.text
+    assert "batch at offset 12: skipped records of a later version (key of unknown kind 'x')" in caplog.text
 
 
 def test_without_a_callback_damage_is_logged(caplog):
@@ -386,6 +421,7 @@ def test_logs_replayed_from_records_never_write_a_file():
     before = state(logs)
     for write in (lambda: logs.offsets.commit("g", [("t", 0, C2)]), lambda: logs.offsets.delete("g"),
                   lambda: logs.offsets.write_groups([("g", None)]), lambda: logs.transactions.append([("a", None)]),
+                  lambda: logs.shares.write([(("g", "t", 0), None)]),
                   lambda: logs.offsets.path, lambda: logs.transactions.path):
         with pytest.raises(RuntimeError, match="has no file"):
             write()

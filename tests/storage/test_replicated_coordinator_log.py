@@ -12,7 +12,14 @@ from walgate.storage.coordinator_log import Committed
 from walgate.storage.coordinator_records import replay_records
 from walgate.storage.durability import Unsynced
 from walgate.storage.errors import StorageUnavailable
-from walgate.storage.replicated_coordinator_log import ReplicatedCoordinatorLog, ReplicatedTransactionLog, not_led
+from walgate.storage.replicated_coordinator_log import (
+    PersistedShareStateLog,
+    ReplicatedCoordinatorLog,
+    ReplicatedShareStateLog,
+    ReplicatedTransactionLog,
+    ShareStateSync,
+    not_led,
+)
 
 
 def _log() -> tuple[ReplicatedCoordinatorLog, Unsynced]:
@@ -113,3 +120,46 @@ def test_a_refused_transaction_round_names_every_id_it_refused() -> None:
     assert told == [{"a", "b", "c"}] and log.records == {} and log.take_sync() is None
     with pytest.raises(StorageUnavailable):
         ReplicatedTransactionLog(0, "h", lambda: 1).append([("a", {"pid": 1})])  # no gateway round: refused
+
+
+SHARE = {"s": 10, "e": 12, "r": [[10, 10, 2, 1], [11, 11, 0, 1]]}
+
+
+def test_share_states_are_one_batch_a_round_whose_replay_is_what_the_log_applies() -> None:
+    unsynced = Unsynced(lambda _: None)
+    log = ReplicatedShareStateLog(2, lambda: 1_700_000_000_000, unsynced)
+    log.write([(("g", "t", 0), SHARE), (("g", "t", 1), SHARE)])
+    assert log.states() == {}, "nothing is seen before its round succeeded"
+    first = log.take_sync()
+    assert first is not None
+    first.done()
+    log.write([(("g", "t", 1), None)])
+    second = log.take_sync()
+    assert second is not None
+    log.write([(("g", "t", 0), {**SHARE, "s": 11}), (("h", "t", 0), SHARE)])  # refused with the round it follows
+    second.error = OSError(errno.EAGAIN, "not taken by the in-sync replicas: NOT_LEADER_OR_FOLLOWER")
+    second.done()
+    assert log.states() == {("g", "t", 0): SHARE, ("g", "t", 1): SHARE} and log.refusals == 1
+    replayed = replay_records([first.body]).shares  # what a new leader loads from the partition
+    assert dict(replayed.states()) == dict(log.states())
+    assert dict(ReplicatedShareStateLog.loaded(2, replayed.states(), lambda: 0).states()) == dict(log.states())
+    with pytest.raises(OSError, match="group commit only"):
+        log._append_locked(b"x")
+
+
+def test_a_persisted_share_log_hands_its_writer_the_records_of_a_round_and_keeps_none() -> None:
+    unsynced = Unsynced(lambda _: None)
+    log = PersistedShareStateLog(unsynced)
+    assert log.write([(("g", "t", 0), SHARE)]) == 1
+    assert log.write([(("g", "t", 0), None), (("g", "t", 1), SHARE)]) == 2
+    sync = log.take_sync()
+    assert isinstance(sync, ShareStateSync) and sync.body == b"" and sync.covers == 2
+    assert sync.records == [(("g", "t", 0), SHARE), (("g", "t", 0), None), (("g", "t", 1), SHARE)]
+    log.write([(("g", "t", 2), SHARE)])
+    sync.done()
+    assert log.durable_to == 2 and log.states() == {}  # durable, and kept by the coordinator partitions only
+    refused = log.take_sync()
+    assert isinstance(refused, ShareStateSync) and refused.records == [(("g", "t", 2), SHARE)]
+    refused.error = OSError(errno.EAGAIN, "group 'g': COORDINATOR_NOT_AVAILABLE")
+    refused.done()
+    assert log.durable_to == 2 and log.refusals == 1 and log.take_sync() is None

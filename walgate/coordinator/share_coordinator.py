@@ -19,6 +19,13 @@ make them durable.
   (acquisitions made since, durable in no case, are undone with it: those records are delivered again), so nothing
   the disk refused stays and every acknowledgement answered is durable.
 
+* Persisted state (``persisted``: a replicated cluster, where a share-partition's state is kept by the share
+  coordinator, the leader of its group's ``__consumer_offsets`` partition, and the share-partition's leader moves):
+  a share-partition is used only once its durable state was read (:meth:`ShareCoordinator.unread` names those not
+  read yet, :meth:`ShareCoordinator.states_read` takes what was read: a value, or None for no state); until then it
+  acquires nothing and is not started at ``share.auto.offset.reset``, as Kafka's share-partition leader initializes
+  a share-partition from its persister first. :meth:`ShareCoordinator.forget` drops every group's state of a
+  topic-partition whose leadership changed here, to be read again at its next use.
 * Sessions of members another node coordinates (a cluster's partition leader: ``members_known`` False) are opened
   for any member id; one that asks nothing here for a member session timeout (``group.share.session.timeout.ms``),
   and at least the group's record lock duration (``share.record.lock.duration.ms``), is closed, releasing what its
@@ -136,9 +143,12 @@ class _Session:
 class ShareCoordinator:
     """Share sessions and share-partitions of every share group (see the module docstring)."""
 
-    def __init__(self, groups: ShareGroups, logs: ShareLogs) -> None:
+    def __init__(self, groups: ShareGroups, logs: ShareLogs, persisted: bool = False) -> None:
         self.groups = groups
         self.logs = logs
+        self.persisted = persisted
+        self._read: set[ShareKey] = set()  # persisted: keys whose durable state was read (kept while used)
+        self.forgotten = 0  # persisted: calls of forget so far (a read begun before one is not taken)
         self.partitions: dict[ShareKey, SharePartition] = {}
         self.sessions: dict[tuple[str, str], _Session] = {}
         self._stored: dict[ShareKey, Any] = {}  # durable values not yet rebuilt
@@ -170,6 +180,42 @@ class ShareCoordinator:
     def has_state(self, group_id: str) -> bool:
         """The group has share-partition state (it consumed, or is consuming)."""
         return any(k[0] == group_id for k in self.partitions) or any(k[0] == group_id for k in self._stored)
+
+    # -- persisted state (module docstring) -----------------------------------------------------------------------
+
+    def unread(self, group_id: str, partitions: Iterable[tuple[str, int]]) -> list[ShareKey]:
+        """The keys of the group's ``partitions`` whose durable state must be read before they are used ([] unless
+        ``persisted``)."""
+        if not self.persisted:
+            return []
+        keys = [(group_id, topic, partition) for topic, partition in partitions]
+        return [k for k in keys if k not in self._read and k not in self.partitions and k not in self._stored]
+
+    def states_read(self, values: Mapping[ShareKey, Any], forgotten: int) -> None:
+        """The durable values read of share-partitions (None: no state), by a read begun when :attr:`forgotten` was
+        ``forgotten``: none is taken when a leadership changed since (they are read again at their next use); those
+        used meanwhile keep what they have."""
+        if forgotten != self.forgotten:
+            return
+        for key, value in values.items():
+            if key in self._read or key in self.partitions or key in self._stored:
+                continue
+            self._read.add(key)
+            if value is not None:
+                self._stored[key] = value
+
+    def forget(self, topic: str, partition: int) -> None:
+        """Drop every group's state of a topic-partition (persisted: its leadership changed here); the durable state
+        is read again at the next use, and no write undone later puts it back."""
+        def gone(key: ShareKey) -> bool:
+            return key[1] == topic and key[2] == partition
+
+        for held in (self.partitions, self._stored, self._undo, *(undo for _, undo in self._unwritten)):
+            for key in [k for k in held if gone(k)]:
+                del held[key]
+        self._read = {k for k in self._read if not gone(k)}
+        self._released = {k for k in self._released if not gone(k)}
+        self.forgotten += 1
 
     # -- durability ---------------------------------------------------------------------------------------------
 
@@ -228,7 +274,7 @@ class ShareCoordinator:
         sp = self.partitions.get(key)
         settings = self.logs.settings(group_id)
         marks = self.logs.watermarks(topic, partition)
-        if sp is None and marks is None and key not in self._stored:
+        if sp is None and key not in self._stored and (marks is None or self.unread(group_id, [(topic, partition)])):
             return None
         if sp is None:
             stored = self._stored.pop(key, None)
@@ -452,7 +498,10 @@ class ShareCoordinator:
         share-partition with durable state only is rebuilt (unchanged) to say it."""
         settings = self.logs.settings(group_id)
         out = []
+        unread = set(self.unread(group_id, partitions))
         for topic, partition in partitions:
+            if (group_id, topic, partition) in unread:  # nothing to acquire before its state is read
+                continue
             sp = self._loaded((group_id, topic, partition))
             if sp is None:
                 out.append(ReadWant(topic, partition, None, settings.max_in_flight, True, settings.reset))
@@ -498,11 +547,14 @@ class ShareCoordinator:
         self.partitions[key] = SharePartition(start, settings.lock_ms, settings.delivery_limit, settings.max_in_flight)
 
     def drop(self, key: ShareKey) -> None:
-        """Delete the state of the share-partition of ``key`` (written as a tombstone); a later use starts it as
-        ``share.auto.offset.reset`` says."""
+        """Delete the state of the share-partition of ``key`` (written as a tombstone, also when its persisted
+        state was not read); a later use starts it as ``share.auto.offset.reset`` says."""
         if self._loaded(key) is not None:
             self._changing(key)
             del self.partitions[key]
+        elif self.unread(key[0], [key[1:]]):
+            self._undo.setdefault(key, None)
+            self._read.add(key)
 
     def drop_sessions(self, group_id: str) -> None:
         """Forget the share sessions of the group (its members are gone: a deleted group)."""

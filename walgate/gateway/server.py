@@ -90,6 +90,7 @@ from walgate.gateway.kafka.led_vnodes import LedVnodes
 from walgate.gateway.kafka.node_links import NodeLinks
 from walgate.gateway.kafka.sasl import OAUTHBEARER, SaslSettings
 from walgate.gateway.kafka.server import KafkaServer
+from walgate.gateway.kafka.share_persister import SharePersister
 from walgate.gateway.kafka.shares import ShareService
 from walgate.gateway.kafka.transactions import TransactionService
 from walgate.gateway.kafka.wakeups import FetchWakeups
@@ -402,6 +403,8 @@ class Gateway:
                                              self.config.offsets_topic_replication_factor)
             manager.leadership.append(replicated.leadership)
             self._group_coordinators.replicated = replicated
+            if broker.shares is not None:  # share-partitions whose leadership changed here are read again
+                manager.leadership.append(broker.shares.leadership)
         self.metrics.registry.register(ReplicationCollector(  # Kafka's replication metrics (replica_status.py)
             lambda: self._replicas, reconciler, asyncio.get_running_loop(), SCRAPE_TIMEOUT))
         self._replication_tasks = [asyncio.create_task(manager.run(), name="walgate-replicas"),
@@ -466,6 +469,9 @@ class Gateway:
         broker.coordinators = self._group_coordinators  # from the first request: no group is taken before the node joined
         broker.links = None if self._cluster is None else self._node_links(self._cluster)
         broker.transactions = await self._transaction_service(engine, broker.links, lambda: broker.led)
+        persister = None  # a replicated cluster's share-partition states are in __consumer_offsets (share_persister)
+        if self._group_coordinators is not None and self.config.replication_enable:
+            persister = SharePersister(broker, self._coordinator, self._group_coordinators.partitions)
         broker.shares = ShareService(
             engine, self._coordinator, self._storage, lock_ms=cfg.group_share_record_lock_duration_ms,
             delivery_limit=cfg.group_share_delivery_count_limit,
@@ -474,9 +480,11 @@ class Gateway:
             max_in_flight=cfg.group_share_partition_max_record_locks,
             lock_bounds=(cfg.group_share_min_record_lock_duration_ms, cfg.group_share_max_record_lock_duration_ms),
             delivery_bounds=(cfg.group_share_min_delivery_count_limit, cfg.group_share_max_delivery_count_limit),
-            wake=wakeups.records_appended)
-        # share_groups.log, before any request; its group-commit syncs are the coordinator lane's
-        self._group_commit.own(self._coordinator, await broker.shares.open())
+            wake=wakeups.records_appended, persister=persister)
+        # share_groups.log (or the persister's log), before any request; its group-commit syncs are the coordinator
+        # lane's
+        self._group_commit.own(self._coordinator, await broker.shares.open(),
+                               None if persister is None else persister.write_round)
         broker.authorizer = self._authorizer
         broker.quotas.configure(await self._storage.call(lambda: dict(engine.catalog.client_quotas)))
         await self._storage.call(engine.apply_topic_defaults, cfg.node_id)  # finishes a change a crash cut short

@@ -8,10 +8,12 @@ In a cluster with ``replication.enable`` a coordinator partition is a partition 
   accepts (the partition's log cleaner compares key bytes, so one key must have one encoding):
   ``["o", group, topic, partition]`` an offset commit, ``["g", group]`` a group record, ``["t", transactional id]``
   a transaction's state, ``["h", transactional id]`` the offsets the partition's groups hold for that id's
-  transaction (its coordinator may be another partition's leader: Kafka's pending transactional offset commits);
+  transaction (its coordinator may be another partition's leader: Kafka's pending transactional offset commits),
+  ``["s", group, topic key, partition]`` a share-partition's delivery state (KIP-932's ``__share_group_state``
+  record, which a single node keeps in ``share_groups.log``: :mod:`walgate.storage.share_state_log`);
 * value: the checksummed line (:mod:`walgate.storage.lines`, its ``\\n`` included) that the file log writes for
   that key (:func:`~walgate.storage.coordinator_log.record_line`,
-  :func:`~walgate.storage.transactions_log.transaction_line`), so a partition's values, concatenated, are a file
+  :func:`~walgate.storage.transactions_log.transaction_line`, :func:`~walgate.storage.share_state_log.share_line`), so a partition's values, concatenated, are a file
   log; or null, a tombstone: the key is deleted (``cleanup.policy=compact``: the cleaner drops a tombstone after
   ``delete.retention.ms``).
 
@@ -20,7 +22,8 @@ the offsets; producer id -1: no idempotence, no transaction).
 
 Replay (:func:`replay_records`) reads one partition's batches, in offset order, into a
 :class:`~walgate.storage.coordinator_log.CoordinatorLog` (offsets and group records) and a
-:class:`~walgate.storage.transactions_log.TransactionLog` that have no file: a write on either raises before
+:class:`~walgate.storage.transactions_log.TransactionLog` (the states, and the held offsets) and a
+:class:`~walgate.storage.share_state_log.ShareStateLog` that have no file: a write on either raises before
 anything changes; they change only by replay. Each record's line goes through the one replay step that also reads
 the files (:meth:`KeyedLog._replay_line <walgate.storage.keyed_log.KeyedLog._replay_line>`: the log's ``_parse``
 and ``_apply``), so a record is read as its line is (a tombstone, which has no line, goes to ``_apply`` alone):
@@ -55,6 +58,7 @@ from walgate.storage import lines
 from walgate.storage.coordinator_log import Committed, CoordinatorLog, record_line
 from walgate.storage.keyed_log import KeyedLog
 from walgate.storage.partitions import is_lost
+from walgate.storage.share_state_log import ShareStateLog, share_line
 from walgate.storage.transactions_log import TransactionLog, transaction_line
 from walgate.wire.errors import WireError
 from walgate.wire.record_batch import BATCH_HEADER_SIZE, BATCH_PREFIX_SIZE, batch_prefix, decode_batch, encode_batch
@@ -75,11 +79,11 @@ log = logging.getLogger(__name__)
 K = TypeVar("K", bound=Hashable)
 
 CoordinatorRecordKey = (tuple[Literal["o"], str, str, int] | tuple[Literal["g"], str]
-                        | tuple[Literal["t"], str] | tuple[Literal["h"], str])
-"""A record's key: ``("o", group, topic, partition)``, ``("g", group)``, ``("t", transactional id)`` or ``("h",
-transactional id)``."""
+                        | tuple[Literal["t"], str] | tuple[Literal["h"], str] | tuple[Literal["s"], str, str, int])
+"""A record's key: ``("o", group, topic, partition)``, ``("g", group)``, ``("t", transactional id)``, ``("h",
+transactional id)`` or ``("s", group, topic key, partition)``."""
 
-_ARITY: Final = {"o": 4, "g": 2, "t": 2, "h": 2}
+_ARITY: Final = {"o": 4, "g": 2, "t": 2, "h": 2, "s": 4}
 _OVERHEAD: Final = 12  # the base offset and batch length fields, which the batch length does not count
 
 
@@ -127,7 +131,9 @@ def _is_key(parts: tuple[Any, ...] | list[Any]) -> bool:
 def coordinator_record(key: CoordinatorRecordKey, value: Any) -> tuple[bytes, bytes | None]:
     """The (key, value) record of *value* for *key*: a :class:`~walgate.storage.coordinator_log.Committed` for an
     offset key, the group's JSON value for a group key, the transaction's state (a JSON object) for a transaction
-    key; None, a tombstone (null value), deletes the key. ValueError when *key* is no coordinator record key."""
+    key, the share-partition's (:meth:`SharePartition.to_record
+    <walgate.coordinator.share_partition.SharePartition.to_record>`) for a share key; None, a tombstone (null
+    value), deletes the key. ValueError when *key* is no coordinator record key."""
     raw = record_key(key)
     if value is None:
         return raw, None
@@ -137,6 +143,8 @@ def coordinator_record(key: CoordinatorRecordKey, value: Any) -> tuple[bytes, by
         return raw, record_line((key[1], key[2], key[3]), value)
     if key[0] == "g":
         return raw, record_line(key[1], value)
+    if key[0] == "s":
+        return raw, share_line((key[1], key[2], key[3]), value)
     return raw, transaction_line(key[1], value)
 
 
@@ -153,6 +161,7 @@ class ReplayedLogs(NamedTuple):
     offsets: CoordinatorLog
     transactions: TransactionLog
     held: TransactionLog
+    shares: ShareStateLog
 
 
 def replay_records(batches: Iterable[bytes], damage: Callable[[str], None] | None = None,
@@ -161,7 +170,8 @@ def replay_records(batches: Iterable[bytes], damage: Callable[[str], None] | Non
     *into* (records appended since an earlier replay) or new logs, and return them; what is damaged is reported to
     *damage* (a warning logged without it) and skipped, as the module docstring says. Never raises for their
     bytes."""
-    logs = ReplayedLogs(CoordinatorLog(None), TransactionLog(None), TransactionLog(None)) if into is None else into
+    logs = ReplayedLogs(CoordinatorLog(None), TransactionLog(None), TransactionLog(None), ShareStateLog(None)) \
+        if into is None else into
     report = damage if damage is not None else _warn
     for chunk in batches:
         for base, batch in _split(chunk, report):
@@ -237,6 +247,8 @@ def _replay_record(logs: ReplayedLogs, raw_key: bytes | None, value: bytes | Non
         _replay_into(logs.held, key[1], value)
     elif key[0] == "g":
         _replay_into(logs.offsets, key[1], value)
+    elif key[0] == "s":
+        _replay_into(logs.shares, (key[1], key[2], key[3]), value)
     else:
         _replay_into(logs.offsets, (key[1], key[2], key[3]), value)
 

@@ -23,6 +23,12 @@ written the same way:
 queued, one batch per round, applied only once the in-sync replicas hold it; when a round is refused, the keys of
 every write it refused are handed to its ``refused`` callback, so that the transaction coordinator, which applied
 them in memory ahead of their durability, takes back its durable states.
+
+The share-partition states of p's share groups (key ``["s", group, topic key, partition]``, Kafka's
+``__share_group_state`` records: docs/cluster.md "Share groups") are kept in a :class:`ReplicatedShareStateLog`
+written the same way, for the share-partitions' leaders (:mod:`walgate.gateway.kafka.share_persister`). Such a
+leader's own view of what it persisted is a :class:`PersistedShareStateLog`: the share coordinator's log in a
+replicated cluster, whose rounds the gateway writes to the coordinator partitions (of any node) instead of a file.
 """
 
 from __future__ import annotations
@@ -37,9 +43,11 @@ from walgate.storage.coordinator_records import coordinator_record, encode_recor
 from walgate.storage.durability import Unsynced
 from walgate.storage.fileio import SyncLatency
 from walgate.storage.group_committed_log import GroupCommittedLog, LogSync
+from walgate.storage.share_state_log import ShareKey, ShareStateLog
 from walgate.storage.transactions_log import TransactionLog
 
-__all__ = ["OFFSETS_TOPIC", "ReplicatedCoordinatorLog", "ReplicatedTransactionLog", "not_led"]
+__all__ = ["OFFSETS_TOPIC", "PersistedShareStateLog", "ReplicatedCoordinatorLog", "ReplicatedShareStateLog",
+           "ReplicatedTransactionLog", "ShareStateSync", "not_led"]
 
 OFFSETS_TOPIC: Final = "__consumer_offsets"
 """The internal topic whose partitions hold a replicated cluster's coordinator partitions."""
@@ -129,3 +137,80 @@ class ReplicatedTransactionLog(GroupCommittedLog[str, dict[str, Any]], Transacti
         super()._synced(sync)
         if refused and self.refused is not None:
             self.refused(refused)
+
+
+class ReplicatedShareStateLog(ShareStateLog):
+    """The share-partition states kept in coordinator partition ``partition`` (module docstring): written with group
+    commit as batches for the gateway to replicate (applied once the in-sync replicas hold them), never to a file.
+    Used on the coordinator lane."""
+
+    def __init__(self, partition: int, clock_ms: Callable[[], int], unsynced: Unsynced | None = None,
+                 syncs: SyncLatency | None = None) -> None:
+        super().__init__(Path(f"{OFFSETS_TOPIC}-{partition}.s"), unsynced, syncs)
+        self.partition = partition
+        self._clock_ms = clock_ms
+
+    @classmethod
+    def loaded(cls, partition: int, replayed: Mapping[ShareKey, Any], clock_ms: Callable[[], int],
+               unsynced: Unsynced | None = None, syncs: SyncLatency | None = None) -> ReplicatedShareStateLog:
+        """The log holding the states ``replayed`` (the partition's replay of its share records) holds."""
+        log = cls(partition, clock_ms, unsynced, syncs)
+        log._apply(replayed.items())
+        return log
+
+    def latest(self, key: ShareKey) -> Any:
+        """The newest value of ``key`` written, durable or queued (a queued one may yet be refused); None: none."""
+        for _, records in reversed(self._pending):
+            for k, value in reversed(records):
+                if k == key:
+                    return value
+        return self._live.get(key)
+
+    def _body(self, records: Sequence[tuple[ShareKey, Any]]) -> bytes:
+        return encode_records([coordinator_record(("s", *key), value) for key, value in records], self._clock_ms())
+
+    def _append_locked(self, body: bytes) -> None:
+        raise OSError(errno.EOPNOTSUPP, f"{self.path} is written by the gateway's group commit only")
+
+    def _compact(self) -> None:
+        """Never: the log cleaner compacts the partition."""
+
+
+class ShareStateSync(LogSync):
+    """A round of a :class:`PersistedShareStateLog`: the (key, value or None) records of the writes it covers, for
+    the gateway's writer to persist (its ``body`` is empty)."""
+
+    __slots__ = ("records",)
+
+    def __init__(self, owner: PersistedShareStateLog, covers: int, records: list[tuple[ShareKey, Any]]) -> None:
+        super().__init__(owner, covers, b"")
+        self.records = records
+
+
+class PersistedShareStateLog(ShareStateLog):
+    """A share-partition leader's share-partition states in a replicated cluster (module docstring): each
+    group-commit round (a :class:`ShareStateSync`) is persisted by the gateway's writer into the share groups'
+    coordinator partitions, and the round's writes are applied, or all refused, as a file log's fsync succeeds or
+    fails; never written to a file, nor kept: the states are read from the coordinator partitions
+    (:meth:`states` is empty). ``unsynced``: the coordinator lane's group-commit ledger (the gateway's)."""
+
+    def __init__(self, unsynced: Unsynced | None = None) -> None:
+        super().__init__(Path("share-state-persister"), unsynced)
+
+    def _applied(self, records: Sequence[tuple[ShareKey, Any]]) -> None:
+        """Nothing kept: the coordinator partitions hold them."""
+
+    def take_sync(self) -> ShareStateSync | None:
+        sync = super().take_sync()
+        if sync is None:
+            return None
+        return ShareStateSync(self, sync.covers, [r for _, records in self._pending for r in records])
+
+    def _body(self, records: Sequence[tuple[ShareKey, Any]]) -> bytes:
+        return b""
+
+    def _append_locked(self, body: bytes) -> None:
+        raise OSError(errno.EOPNOTSUPP, f"{self.path} is persisted by the gateway's writer only")
+
+    def _compact(self) -> None:
+        """Never: nothing is written to a file."""

@@ -37,7 +37,7 @@ from walgate.storage.durability import Unsynced
 from walgate.storage.fileio import SyncLatency
 from walgate.storage.group_committed_log import GroupCommittedLog
 
-__all__ = ["COMPACT_FLOOR", "SHARE_GROUPS_LOG", "ShareStateLog"]
+__all__ = ["COMPACT_FLOOR", "SHARE_GROUPS_LOG", "ShareKey", "ShareStateLog", "share_line"]
 
 log = logging.getLogger("walgate.share_groups")
 
@@ -48,6 +48,12 @@ COMPACT_FLOOR: Final = 1000
 """Superseded lines tolerated before a compaction, whatever the number of live share-partitions."""
 
 ShareKey = tuple[str, str, int]
+"""(group id, topic key, partition)."""
+
+
+def share_line(key: ShareKey, value: Any) -> bytes:
+    """The checksummed line recording *value* (None: a tombstone) of share-partition *key*, as the log writes it."""
+    return lines.encode({"g": key[0], "t": key[1], "p": key[2], "v": value})
 
 
 class ShareStateLog(GroupCommittedLog[ShareKey, Any]):
@@ -75,7 +81,7 @@ class ShareStateLog(GroupCommittedLog[ShareKey, Any]):
         return (group, topic, partition), value
 
     def _line(self, key: ShareKey, value: Any) -> bytes:
-        return lines.encode({"g": key[0], "t": key[1], "p": key[2], "v": value})
+        return share_line(key, value)
 
     def _compact_floor(self) -> int:
         return COMPACT_FLOOR

@@ -2685,6 +2685,128 @@ class InitializeShareGroupStateResponse(TypedDict, total=False):
     results: Required[Sequence[InitializeShareGroupStateResponseInitializeStateResult]]
 
 
+# --------------------------------------------------------------------------- read_share_group_state (key 84)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReadShareGroupStateRequestPartitionData:
+    """In ReadShareGroupStateRequest, v0-v0: a request view (see the module doc)."""
+
+    partition: int = 0
+    leader_epoch: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReadShareGroupStateRequestReadStateData:
+    """In ReadShareGroupStateRequest, v0-v0: a request view (see the module doc)."""
+
+    topic_id: uuid.UUID | None = None
+    partitions: tuple[ReadShareGroupStateRequestPartitionData, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReadShareGroupStateRequest:
+    """ReadShareGroupStateRequest (key 84), v0-v0: a request view (see the module doc)."""
+
+    group_id: str = ''
+    topics: tuple[ReadShareGroupStateRequestReadStateData, ...] = ()
+
+
+class ReadShareGroupStateResponseStateBatch(TypedDict, total=False):
+    """In ReadShareGroupStateResponse, v0-v0: response fields (see the module doc)."""
+
+    first_offset: Required[int]
+    last_offset: Required[int]
+    delivery_state: Required[int]
+    delivery_count: Required[int]
+
+
+class ReadShareGroupStateResponsePartitionResult(TypedDict, total=False):
+    """In ReadShareGroupStateResponse, v0-v0: response fields (see the module doc)."""
+
+    partition: Required[int]
+    error_code: Required[int]
+    error_message: str | None
+    state_epoch: Required[int]
+    start_offset: Required[int]
+    state_batches: Required[Sequence[ReadShareGroupStateResponseStateBatch]]
+
+
+class ReadShareGroupStateResponseReadStateResult(TypedDict, total=False):
+    """In ReadShareGroupStateResponse, v0-v0: response fields (see the module doc)."""
+
+    topic_id: Required[uuid.UUID | None]
+    partitions: Required[Sequence[ReadShareGroupStateResponsePartitionResult]]
+
+
+class ReadShareGroupStateResponse(TypedDict, total=False):
+    """ReadShareGroupStateResponse (key 84), v0-v0: response fields (see the module doc)."""
+
+    results: Required[Sequence[ReadShareGroupStateResponseReadStateResult]]
+
+
+# --------------------------------------------------------------------------- write_share_group_state (key 85)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WriteShareGroupStateRequestStateBatch:
+    """In WriteShareGroupStateRequest, v0-v1: a request view (see the module doc)."""
+
+    first_offset: int = 0
+    last_offset: int = 0
+    delivery_state: int = 0
+    delivery_count: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WriteShareGroupStateRequestPartitionData:
+    """In WriteShareGroupStateRequest, v0-v1: a request view (see the module doc)."""
+
+    partition: int = 0
+    state_epoch: int = 0
+    leader_epoch: int = 0
+    start_offset: int = 0
+    delivery_complete_count: int = -1  # v1+
+    state_batches: tuple[WriteShareGroupStateRequestStateBatch, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WriteShareGroupStateRequestWriteStateData:
+    """In WriteShareGroupStateRequest, v0-v1: a request view (see the module doc)."""
+
+    topic_id: uuid.UUID | None = None
+    partitions: tuple[WriteShareGroupStateRequestPartitionData, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WriteShareGroupStateRequest:
+    """WriteShareGroupStateRequest (key 85), v0-v1: a request view (see the module doc)."""
+
+    group_id: str = ''
+    topics: tuple[WriteShareGroupStateRequestWriteStateData, ...] = ()
+
+
+class WriteShareGroupStateResponsePartitionResult(TypedDict, total=False):
+    """In WriteShareGroupStateResponse, v0-v1: response fields (see the module doc)."""
+
+    partition: Required[int]
+    error_code: Required[int]
+    error_message: str | None
+
+
+class WriteShareGroupStateResponseWriteStateResult(TypedDict, total=False):
+    """In WriteShareGroupStateResponse, v0-v1: response fields (see the module doc)."""
+
+    topic_id: Required[uuid.UUID | None]
+    partitions: Required[Sequence[WriteShareGroupStateResponsePartitionResult]]
+
+
+class WriteShareGroupStateResponse(TypedDict, total=False):
+    """WriteShareGroupStateResponse (key 85), v0-v1: response fields (see the module doc)."""
+
+    results: Required[Sequence[WriteShareGroupStateResponseWriteStateResult]]
+
+
 # --------------------------------------------------------------------------- delete_share_group_state (key 86)
 
 
@@ -3044,6 +3166,8 @@ VERSIONS: Final[dict[int, tuple[int, int]]] = {
     78: (1, 2),
     79: (1, 2),
     83: (0, 0),
+    84: (0, 0),
+    85: (0, 1),
     86: (0, 0),
     87: (0, 1),
     90: (0, 1),
@@ -3107,6 +3231,8 @@ REQUESTS: Final[dict[int, type]] = {
     78: ShareFetchRequest,
     79: ShareAcknowledgeRequest,
     83: InitializeShareGroupStateRequest,
+    84: ReadShareGroupStateRequest,
+    85: WriteShareGroupStateRequest,
     86: DeleteShareGroupStateRequest,
     87: ReadShareGroupStateSummaryRequest,
     90: DescribeShareGroupOffsetsRequest,
@@ -3298,6 +3424,21 @@ ENTITIES: Final[dict[type, dict[str, type]]] = {
     },
     InitializeShareGroupStateRequest: {
         "topics": InitializeShareGroupStateRequestInitializeStateData,
+    },
+    ReadShareGroupStateRequestReadStateData: {
+        "partitions": ReadShareGroupStateRequestPartitionData,
+    },
+    ReadShareGroupStateRequest: {
+        "topics": ReadShareGroupStateRequestReadStateData,
+    },
+    WriteShareGroupStateRequestPartitionData: {
+        "state_batches": WriteShareGroupStateRequestStateBatch,
+    },
+    WriteShareGroupStateRequestWriteStateData: {
+        "partitions": WriteShareGroupStateRequestPartitionData,
+    },
+    WriteShareGroupStateRequest: {
+        "topics": WriteShareGroupStateRequestWriteStateData,
     },
     DeleteShareGroupStateRequestDeleteStateData: {
         "partitions": DeleteShareGroupStateRequestPartitionData,

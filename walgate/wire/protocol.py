@@ -89,7 +89,7 @@ _WIRE_API_KEYS: Final = (
     45, 46,  # AlterPartitionReassignments, ListPartitionReassignments (KIP-455)
     61,  # DescribeProducers
     76, 77, 78, 79,  # ShareGroupHeartbeat, ShareGroupDescribe, ShareFetch, ShareAcknowledge
-    83, 86, 87,  # InitializeShareGroupState, DeleteShareGroupState, ReadShareGroupStateSummary, between cluster nodes
+    83, 84, 85, 86, 87,  # Initialize-, Read-, Write-, DeleteShareGroupState, ReadShareGroupStateSummary: between nodes
     90, 91, 92,  # DescribeShareGroupOffsets, AlterShareGroupOffsets, DeleteShareGroupOffsets
 )
 API_NAMES: Final[dict[int, str]] = {key: api_key_map[key] for key in _WIRE_API_KEYS} | internal.API_NAMES

@@ -29,6 +29,11 @@ The transaction coordinator's part is the same (:meth:`TransactionService.instal
 is the leader of its partition, its state and the offsets the partition's groups hold for transactions are the
 partition's records, written the same way; a new leader sends the markers of the transactions it loaded decided
 (Prepare*), which the previous leader may not have sent.
+
+The share coordinator's part: the share-partition states of p's share groups (records ``["s", ...]``) are loaded
+into a :class:`~walgate.storage.replicated_coordinator_log.ReplicatedShareStateLog` with the rest
+(:meth:`CoordinatorReplicas.share_log`), written the same way, for the share-partitions' leaders
+(:mod:`walgate.gateway.kafka.share_persister`), and dropped when p is unloaded.
 """
 
 from __future__ import annotations
@@ -57,6 +62,7 @@ from walgate.storage.lanes import VnodeKey
 from walgate.storage.replicated_coordinator_log import (
     OFFSETS_TOPIC,
     ReplicatedCoordinatorLog,
+    ReplicatedShareStateLog,
     ReplicatedTransactionLog,
     not_led,
 )
@@ -98,6 +104,7 @@ class CoordinatorReplicas:
         self._loop = asyncio.get_running_loop()
         self._made: asyncio.Lock = asyncio.Lock()
         self.loaded: dict[int, int] = {}  # partition -> the leader epoch its log was loaded in
+        self._share_logs: dict[int, ReplicatedShareStateLog] = {}  # partition -> its share states, while loaded
         self._changes: dict[int, asyncio.Task[None]] = {}  # partition -> its load or unload running
 
     # ------------------------------------------------------------ who coordinates
@@ -144,6 +151,10 @@ class CoordinatorReplicas:
         state = None if known is None or manager is None else manager.state_of(known[1], p)
         return state is None or self.loaded.get(p) != state.leader_epoch
 
+    def share_log(self, p: int) -> ReplicatedShareStateLog | None:
+        """Partition ``p``'s share-partition states while it is loaded here (used on the coordinator lane)."""
+        return self._share_logs.get(p)
+
     # ------------------------------------------------------------ load and unload
 
     def leadership(self, key: VnodeKey, epoch: int | None) -> None:
@@ -170,6 +181,7 @@ class CoordinatorReplicas:
     async def _unload(self, p: int) -> None:
         if self.loaded.pop(p, None) is None:
             return
+        self._share_logs.pop(p, None)
         await self._coordinator.call(self._install, not_led(p))
         if self._broker.transactions is not None:
             await self._coordinator.call(self._broker.transactions.uninstall, p)
@@ -185,16 +197,18 @@ class CoordinatorReplicas:
         loaded = ReplicatedCoordinatorLog.loaded(p, replayed.offsets, clock, unsynced, syncs)
         states = ReplicatedTransactionLog.loaded(p, "t", replayed.transactions.records, clock, unsynced, syncs)
         held = ReplicatedTransactionLog.loaded(p, "h", replayed.held.records, clock, unsynced, syncs)
-        self._group_commit.own(self._coordinator, [loaded, states, held],
+        shares = ReplicatedShareStateLog.loaded(p, replayed.shares.states(), clock, unsynced, syncs)
+        self._group_commit.own(self._coordinator, [loaded, states, held, shares],
                                functools.partial(self._write_round, key, epoch))
         await self._coordinator.call(self._install, loaded)
         txns = self._broker.transactions
         decided = [] if txns is None else await self._coordinator.call(txns.install, p, states, held)
         await self._broker.groups.load_groups(loaded.groups())
+        self._share_logs[p] = shares
         self.loaded[p] = epoch
         log.info("%s partition %d: loaded in leader epoch %d (%d offsets, %d groups, %d transactional ids, %d "
-                 "holding offsets)", OFFSETS_TOPIC, p, epoch, sum(1 for _ in loaded.items()), len(loaded.groups()),
-                 len(states.records), len(held.records))
+                 "holding offsets, %d share-partitions)", OFFSETS_TOPIC, p, epoch, sum(1 for _ in loaded.items()),
+                 len(loaded.groups()), len(states.records), len(held.records), len(shares.states()))
         if txns is not None:
             txns.resume(decided)
 

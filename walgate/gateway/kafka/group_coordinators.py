@@ -31,6 +31,7 @@ from walgate.cluster.etcd import tx
 from walgate.cluster.model import ControlPlaneError, ControlPlaneUnavailable
 from walgate.cluster.placement import NoLiveNode
 from walgate.gateway.cluster_member import ClusterMember, ClusterStartError
+from walgate.storage.replicated_coordinator_log import ReplicatedShareStateLog
 from walgate.wire.errors import ErrorCode
 
 __all__ = ["GroupCoordinators", "ReplicatedCoordinators", "cluster_partitions", "refusal"]
@@ -60,6 +61,9 @@ class ReplicatedCoordinators(Protocol):
 
     def loading(self, group_id: str) -> bool:
         """Whether ``group_id``'s partition, which this node is named leader of, is not loaded here yet."""
+
+    def share_log(self, p: int) -> ReplicatedShareStateLog | None:
+        """Partition ``p``'s share-partition states while it is loaded here (used on the coordinator lane)."""
 
 
 class GroupCoordinators:

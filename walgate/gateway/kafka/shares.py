@@ -26,15 +26,23 @@ expires what is due and writes it; :mod:`.deadline_timer`: a tick that fails is 
 again). Whenever a call leaves records acquirable again in a share-partition (released, expired, their member or
 session gone), the long-poll ShareFetches waiting on its topic-partition are woken (``wake``, the Fetch wake-ups),
 so a worker that waits gets a killed worker's records when its lock or session ends without sending anything new.
+
+In a replicated cluster (``persister`` given: :mod:`.share_persister`) the log is a
+:class:`~walgate.storage.replicated_coordinator_log.PersistedShareStateLog`, whose rounds the persister writes to
+the share groups' ``__consumer_offsets`` partitions (answered once their in-sync replicas hold them) instead of
+``share_groups.log``, which is not read. A share-partition's state is read from there before its first use
+(:meth:`ShareService.ensure_read`), and forgotten whenever this node begins or stops leading its data partition
+(:meth:`ShareService.leadership`), to be read again at its next use.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 import uuid
 from collections.abc import Callable
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from walgate.coordinator.group_configs import GroupTimeouts
 from walgate.coordinator.share_coordinator import ReadWant, ShareCoordinator, ShareSettings
@@ -46,8 +54,13 @@ from walgate.storage.clock import Clock
 from walgate.storage.durability import Syncable
 from walgate.storage.engine import Engine
 from walgate.storage.errors import NotFound
+from walgate.storage.lanes import VnodeKey
+from walgate.storage.replicated_coordinator_log import PersistedShareStateLog
 from walgate.storage.share_state_log import ShareStateLog
 from walgate.storage.topics_snapshot import TopicsSnapshot
+
+if TYPE_CHECKING:  # (it imports the broker, which imports this module)
+    from walgate.gateway.kafka.share_persister import SharePersister
 
 __all__ = ["ShareService", "now_ms"]
 
@@ -98,11 +111,12 @@ class ShareService:
     def __init__(self, engine: Engine, lane: StorageThread, storage: StorageThread, *, lock_ms: int,
                  delivery_limit: int, heartbeat_interval_ms: int, session_timeout_ms: int, max_in_flight: int = 2000,
                  lock_bounds: tuple[int, int] = (15_000, 60_000), delivery_bounds: tuple[int, int] = (2, 10),
-                 wake: Callable[[str, int], None] | None = None) -> None:
+                 wake: Callable[[str, int], None] | None = None, persister: SharePersister | None = None) -> None:
         """``lane``: the coordinator lane, where the coordinator and its log live; ``storage``: the storage lane,
         where a ShareFetch reads the logs; ``lock_ms``, ``delivery_limit``: the defaults of the groups' share
         configs, which ``lock_bounds`` and ``delivery_bounds`` bound (the broker's ``group.share.*`` settings);
-        ``wake(topic, partition)`` (any thread): wake the fetches waiting on a topic-partition."""
+        ``wake(topic, partition)`` (any thread): wake the fetches waiting on a topic-partition; ``persister``: a
+        replicated cluster's (module docstring)."""
         self.lane = lane
         self.storage = storage
         self._wake = wake
@@ -113,7 +127,10 @@ class ShareService:
         self.configs = GroupTimeouts(0, 0, lambda group_id: engine.topics().group_configs(group_id), lock_ms,
                                      delivery_limit, lock_bounds, delivery_bounds)
         self._logs = _LaneLogs(engine, self.configs, max_in_flight)
-        self.coordinator = ShareCoordinator(ShareGroups(heartbeat_interval_ms, session_timeout_ms), self._logs)
+        self.persister = persister
+        self._forgetting: set[asyncio.Task[None]] = set()  # leadership changes being applied on the lane
+        self.coordinator = ShareCoordinator(ShareGroups(heartbeat_interval_ms, session_timeout_ms), self._logs,
+                                            persisted=persister is not None)
         self._log: ShareStateLog | None = None
         self._refusals = 0  # the log's refusals already undone
         # the share groups' ids as the last call left them, published by the coordinator lane for the event loop (a
@@ -121,12 +138,16 @@ class ShareService:
         self.group_ids: frozenset[str] = frozenset()
 
     async def open(self) -> list[Syncable]:
-        """Replay ``share_groups.log`` (damage is reported, never fatal) into the coordinator; the log, whose
-        group-commit syncs the coordinator lane takes (``GroupCommit.own``)."""
+        """Replay ``share_groups.log`` (damage is reported, never fatal) into the coordinator, or, with a persister,
+        make the log it writes; the log, whose group-commit syncs the coordinator lane takes (``GroupCommit.own``,
+        with the persister's writer)."""
         def open_log() -> list[Syncable]:
             self._clock = self._engine.clock
-            self._log = self._engine.share_state_log()
-            self.coordinator.load(self._log.states())
+            if self.persister is not None:
+                self._log = PersistedShareStateLog(self._engine.store.coordinator_unsynced)
+            else:
+                self._log = self._engine.share_state_log()
+                self.coordinator.load(self._log.states())
             self.group_ids = self.coordinator.group_ids()
             return [self._log]
 
@@ -148,6 +169,34 @@ class ShareService:
             return await self.lane.call(self._call, fn)
         finally:
             self._arm()
+
+    async def ensure_read(self, group_id: str, partitions: list[tuple[str, int]]) -> None:
+        """With a persister, the durable state of the group's share-partitions of ``partitions`` (topic key,
+        partition) not read yet, read into the coordinator (those that cannot be read now stay unread: they acquire
+        nothing and are read at the next call)."""
+        if self.persister is None:
+            return
+        coordinator = self.coordinator
+        unread, forgotten = await self.lane.call(lambda: (coordinator.unread(group_id, partitions),
+                                                          coordinator.forgotten))
+        if unread:
+            values = await self.persister.read(group_id, unread)
+            if values:
+                await self.lane.call(coordinator.states_read, values, forgotten)
+
+    def leadership(self, key: VnodeKey, epoch: int | None) -> None:
+        """The replica manager began (``epoch``) or stopped (None) leading vnode ``key``: with a persister, the
+        share-partitions of the Kafka topic partition it holds are forgotten here (read again at their next use)."""
+        if self.persister is None:
+            return
+        topics = self._engine.topics()
+        for name in topics.names():
+            found, tid = topics.topic(name), topics.topic_id(name)
+            if found is not None and found.db == key[0] and tid is not None:
+                task = asyncio.get_running_loop().create_task(self.lane.call(self.coordinator.forget, str(tid), key[1]),
+                                                              name="walgate-share-forget")
+                self._forgetting.add(task)
+                task.add_done_callback(self._forgetting.discard)
 
     async def read(self, wants: list[ReadWant], committed: bool, max_bytes: int) -> dict[tuple[str, int], LogRead]:
         """What ``wants`` asks of the logs, read on the storage lane (:func:`.share_reads.read_logs`)."""

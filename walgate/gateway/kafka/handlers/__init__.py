@@ -74,6 +74,7 @@ from walgate.gateway.kafka.handlers import (
     offset_fetch,
     offset_for_leader_epoch,
     produce,
+    read_share_group_state,
     read_share_group_state_summary,
     sasl_authenticate,
     sasl_handshake,
@@ -84,6 +85,7 @@ from walgate.gateway.kafka.handlers import (
     sync_group,
     txn_offset_commit,
     wal_fetch,
+    write_share_group_state,
     write_txn_markers,
 )
 from walgate.gateway.kafka.handlers.common import Unanswered
@@ -119,6 +121,7 @@ _MODULES = (
     describe_share_group_offsets, alter_share_group_offsets, delete_share_group_offsets,
     wal_fetch,
     initialize_share_group_state, delete_share_group_state, read_share_group_state_summary,
+    read_share_group_state, write_share_group_state,
 )
 HANDLERS: dict[int, Handler] = {m.API_KEY: Handler(m.API_KEY, m.MIN_VERSION, m.MAX_VERSION, m.handle) for m in _MODULES}
 

@@ -129,6 +129,12 @@ async def handle(broker: Broker, ctx: RequestContext,
                                                           for group_id, there in remote.items()))))
         kept = {k: remote[g][k] for g, there in answers.items() for k, a in there.items() if a.start_offset >= 0}
         marks = await high_watermarks(broker.links, kept)
+        for g in wanted:  # (a replicated cluster's) share-partitions asked of this node's: their state read first
+            if g.topics is not None:
+                await shares.ensure_read(g.group_id, [
+                    (str(tid), p) for t in g.topics if t.topic_name in readable
+                    and (tid := placed.topic_id(t.topic_name)) is not None
+                    for p in t.partitions if (t.topic_name, p) not in remote[g.group_id]])
         keys = await shares.run(lambda _, coordinator: list(dict.fromkeys(
             (topic, p) for g in wanted for _, topic, p in coordinator.state_keys(g.group_id))))
         reads = await shares.read([ReadWant(topic, p, None, 0) for topic, p in keys], False, 0)

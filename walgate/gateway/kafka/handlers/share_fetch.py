@@ -117,6 +117,7 @@ class Round:
     watch: list[tuple[str, int]] = field(default_factory=list)  # (topic name, partition) of the session
     deadline_ms: int | None = None  # the earliest lock of the session's partitions
     wants: list[ReadWant] = field(default_factory=list)
+    unread: list[tuple[str, int]] = field(default_factory=list)  # (topic key, partition) whose state to read first
     committed: bool = False
 
     @property
@@ -160,7 +161,9 @@ def _wants(coordinator: ShareCoordinator, group_id: str, member_id: str, out: Ro
     if session is None:
         out.error = ErrorCode.share_session_not_found
         return out
-    out.wants = coordinator.reads(group_id, _here(session.partitions, moved))
+    here = _here(session.partitions, moved)
+    out.wants = coordinator.reads(group_id, here)
+    out.unread = [(topic, partition) for _, topic, partition in coordinator.unread(group_id, here)]
     out.committed = coordinator.logs.settings(group_id).committed
     return out
 
@@ -194,8 +197,12 @@ def _acquire(topics: TopicsSnapshot, coordinator: ShareCoordinator, logs: LogRea
 
 async def _acquired(shares: ShareService, group_id: str, member_id: str, max_records: int, max_bytes: int,
                     out: Round, moved: Elsewhere) -> Round:
-    """``out`` (a round that read nothing yet) acquired: its ``wants`` read on the storage lane, then the
-    acquisition on the coordinator lane (:mod:`walgate.gateway.kafka.share_reads`)."""
+    """``out`` (a round that read nothing yet) acquired: the durable state of its share-partitions not read yet read
+    first (a replicated cluster's, :meth:`ShareService.ensure_read`), its ``wants`` read on the storage lane, then
+    the acquisition on the coordinator lane (:mod:`walgate.gateway.kafka.share_reads`)."""
+    if out.error == ErrorCode.none and out.unread:
+        await shares.ensure_read(group_id, out.unread)
+        out = await shares.run(lambda _, coordinator: _wants(coordinator, group_id, member_id, out, moved))
     if out.error != ErrorCode.none or not out.wants:
         return out
     reads = await shares.read(out.wants, out.committed, max_bytes)

@@ -1,0 +1,96 @@
+"""A replica move survives the kill -9 of the controller and of the moving replica (KIP-455, issue 26): three real
+``walgate serve --cluster`` nodes with ``replication.enable=true`` over a real etcd (stopped by PID), an idempotent
+acks=all confluent-kafka producer and a read_committed consumer throughout (the history checker's).
+
+Partition 0 of a topic of replication factor 3 (``min.insync.replicas=2``) is moved off node 3 (completed at once:
+the target in sync) and written to further, so node 3's copy falls behind. Node 3 paused, the move back to 3, 1, 2 is
+written (listed as adding 3); then node 3, an adding replica that has not caught up, and the controller are killed
+-9 (one kill when node 3 is the controller) and started again on their data dirs. The move is the controller's state
+in etcd, not a process's: the controller elected next completes it once node 3 caught up, with nothing listed as
+moving after; no acknowledged write is lost or duplicated, every node serves each partition whole and in order, no
+send was given up and no node logged a traceback."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+from contextlib import ExitStack
+from pathlib import Path
+
+from confluent_kafka.admin import NewTopic
+from etcd_cluster import EtcdCluster
+from history import Op
+from serve_support import create_topics, eventually, no_traceback, node
+from test_serve_cluster_reassignments import call, states
+from test_serve_cluster_replicated_topics import (
+    ARGS,
+    KT_CONFIGS,
+    PARTITIONS,
+    TOPIC,
+    Reader,
+    Writer,
+    bootstrap,
+    checked,
+    described,
+    three_nodes,
+)
+
+from livewalgate import WalgateServer
+from walgate.wire.errors import ErrorCode
+
+
+def move(port: int, replicas: list[int]) -> int:
+    """Partition 0 of :data:`TOPIC` moved to ``replicas`` through the node at ``port``: its error code."""
+    answer = call(port, 45, 1, {"timeout": 30_000, "allow_replication_factor_change": True, "topics": [
+        {"name": TOPIC, "partitions": [{"partition_index": 0, "replicas": replicas}]}]})
+    assert answer.error_code == ErrorCode.none
+    return int(answer.responses[0].partitions[0].error_code)
+
+
+def controller(nodes: list[WalgateServer]) -> int:
+    """The id of the node that logged the newest controller election ("node N: controller, epoch E")."""
+    won = [(int(m[2]), int(m[1])) for s in nodes for m in re.finditer(r"node (\d+): controller, epoch (\d+)", s.log())]
+    return max(won)[1]
+
+
+def test_a_move_survives_the_kill_9_of_the_controller_and_of_its_adding_replica(etcd1: EtcdCluster,
+                                                                               tmp_path: Path) -> None:
+    history: list[Op] = []
+    with ExitStack() as stack:
+        nodes = three_nodes(stack, etcd1, tmp_path)
+        create_topics(bootstrap(nodes), NewTopic(TOPIC, PARTITIONS, 3, config=KT_CONFIGS))
+        eventually("three in sync", lambda: all(isr == [1, 2, 3] for _, _, isr in described(nodes[0], TOPIC).values()))
+        reader, writer = Reader(bootstrap(nodes), history), Writer(bootstrap(nodes), history)
+        reader.start()
+        writer.start()
+        try:
+            eventually("values acknowledged", lambda: writer.acked() > 20)
+            assert move(nodes[1].kafka_port, [1, 2]) == ErrorCode.none  # in sync: completed at once
+            eventually("partition 0 on nodes 1 and 2", lambda: described(nodes[0], TOPIC)[0][1:] == ([1, 2], [1, 2]))
+            acked = writer.acked()
+            eventually("node 3's copy of partition 0 left behind", lambda: writer.acked() > acked + 100)
+
+            os.kill(nodes[2].proc.pid, signal.SIGSTOP)  # (registered for its session: the target is valid)
+            stack.callback(lambda: nodes[2].proc.poll() is None and os.kill(nodes[2].proc.pid, signal.SIGCONT))
+            assert move(nodes[1].kafka_port, [3, 1, 2]) == ErrorCode.none
+            eventually("the move listed", lambda: states(nodes[0].kafka_port) == {0: ([3, 1, 2], [3], [])})
+            dead = sorted({3, controller(nodes)})
+            for n in dead:
+                nodes[n - 1].proc.kill()
+                nodes[n - 1].proc.wait(timeout=30)
+                no_traceback(nodes[n - 1])
+            for n in dead:
+                before = nodes[n - 1]
+                nodes[n - 1] = stack.enter_context(node(etcd1, tmp_path / f"again{n}", n, *ARGS,
+                                                        data_dir=before.data_dir, kafka_port=before.kafka_port))
+            eventually("the move completed", lambda: described(nodes[0], TOPIC)[0][1:] == ([3, 1, 2], [1, 2, 3])
+                       and states(nodes[1].kafka_port) == {})
+            acked = writer.acked()
+            eventually("values acknowledged after the move", lambda: writer.acked() > acked + 20)
+        finally:
+            writer.stop()
+            reader.stop(writer.acked())
+        checked(history, writer, nodes)
+        for server in nodes:
+            no_traceback(server)
