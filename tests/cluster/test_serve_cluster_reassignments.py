@@ -60,11 +60,12 @@ def cli(server: WalgateServer, *args: str) -> subprocess.CompletedProcess[str]:
                           check=False, capture_output=True, text=True, timeout=60, env=walgate_env())
 
 
-def read_all(port: int, count: int) -> list[bytes]:
-    """``count`` values of partition 0 read from its beginning through the node at ``port`` (bounded: 60 s)."""
+def read_all(port: int, count: int, topic: str = TOPIC) -> list[bytes]:
+    """At least ``count`` values of ``topic``'s partition 0 read from its beginning through the node at ``port``
+    (fewer after 60 s)."""
     consumer = Consumer({"bootstrap.servers": f"127.0.0.1:{port}", "group.id": "reader", "enable.auto.commit": False})
     try:
-        consumer.assign([TopicPartition(TOPIC, 0, 0)])
+        consumer.assign([TopicPartition(topic, 0, 0)])
         got: list[bytes] = []
         deadline = time.monotonic() + 60
         while len(got) < count and time.monotonic() < deadline:

@@ -14,17 +14,17 @@ from __future__ import annotations
 import json
 import subprocess
 import threading
-import time
 import urllib.error
 import urllib.request
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Producer
 from confluent_kafka.admin import NewTopic
 from etcd_cluster import EtcdCluster
 from serve_support import create_topics, eventually, no_traceback, node, sql
+from test_serve_cluster_reassignments import read_all
 from test_serve_cluster_replicated_topics import ARGS, described, three_nodes
 
 from livewalgate import WALGATE, WalgateServer, stop_process, walgate_env
@@ -90,23 +90,6 @@ def test_statements_within_the_placed_nodes_and_their_refusals(etcd1: EtcdCluste
             no_traceback(server)
 
 
-def read_all(port: int, topic: str, count: int) -> list[bytes]:
-    """At least ``count`` values of ``topic``'s partition 0 read from its beginning through the node at ``port``
-    (fewer after 60 s)."""
-    consumer = Consumer({"bootstrap.servers": f"127.0.0.1:{port}", "group.id": "reader", "enable.auto.commit": False})
-    try:
-        consumer.assign([TopicPartition(topic, 0, 0)])
-        got: list[bytes] = []
-        deadline = time.monotonic() + 60
-        while len(got) < count and time.monotonic() < deadline:
-            msg = consumer.poll(1.0)
-            if msg is not None and msg.error() is None:
-                got.append(msg.value())
-        return got
-    finally:
-        consumer.close()
-
-
 def test_decommission_moves_every_replica_off_the_node(etcd1: EtcdCluster, tmp_path: Path) -> None:
     """Issue 26's decommission of a node of a 4-node RF=3 cluster under load: an idempotent acks=all producer
     (bootstrapped on the nodes staying) writes to partition 0 throughout ``walgate cluster decommission N --wait``;
@@ -158,7 +141,7 @@ def test_decommission_moves_every_replica_off_the_node(etcd1: EtcdCluster, tmp_p
         for _, now, isr in described(n1, "three").values():
             assert gone not in now and len(now) == 3 and sorted(isr) == sorted(now)
         assert errors == []
-        assert read_all(staying[0].kafka_port, "three", len(acked)) == acked
+        assert read_all(staying[0].kafka_port, len(acked), "three") == acked
 
         stop_process(nodes[gone - 1].proc)  # (the operator stops it once it holds nothing)
         n5 = stack.enter_context(node(etcd1, tmp_path, 5, *ARGS, *OFFSETS_ONE_COPY))
@@ -169,6 +152,6 @@ def test_decommission_moves_every_replica_off_the_node(etcd1: EtcdCluster, tmp_p
         assert balanced.returncode == 0, balanced.stderr
         assert json.loads(balanced.stdout)["vgroups_moving"] >= 1
         eventually("node 5 in sync", lambda: any(5 in p[2] for p in described(n1, "three").values()))
-        assert read_all(n5.kafka_port, "three", len(acked)) == acked
+        assert read_all(n5.kafka_port, len(acked), "three") == acked
         for server in [*staying, n5]:
             no_traceback(server)
