@@ -33,8 +33,8 @@
   client's in-flight batches: librdkafka took a batch accepted after a refused one as acknowledging it (delivered,
   with no offset), and, when the refused batch was not in the log, the later one's OUT_OF_ORDER_SEQUENCE_NUMBER
   made it bump its producer epoch (KIP-360) and send every batch not acknowledged yet again under new sequence
-  numbers: one the old leader had appended was stored twice (the compat run of 2026-11-30 09:44). Rows produced
-  with ``acks=all`` to a TDengine topic over a replicated database (``REPLICA n``: each vnode its rows land in led
+  numbers: one the old leader had appended was stored twice (as the WALs and logs of a compat run of 2026-11-30
+  read). Rows produced with ``acks=all`` to a TDengine topic over a replicated database (``REPLICA n``: each vnode its rows land in led
   here, else NOT_LEADER_OR_FOLLOWER) are refused before their append while a vnode's ISR is below
   ``min.insync.replicas`` (NOT_ENOUGH_REPLICAS) and answered once the high watermark of every vnode the topic's
   partitions of the request appended to passes those appends, in the leader epoch they were appended in
