@@ -14,20 +14,27 @@ build producer state while appending. So the new leader answers an idempotent pr
 leader appended (and the followers copied) with its original offset and writes nothing, also once five later batches
 pushed it out of those the producer's state keeps (it is looked up in the log), takes the producer's next sequence
 after it, refuses a sequence gap (OUT_OF_ORDER_SEQUENCE_NUMBER), and keeps a transaction the old leader opened open:
-its last stable offset stops at the transaction's first offset, as on the old leader.
+its last stable offset stops at the transaction's first offset, as on the old leader. While a node takes the lead
+on (Metadata names it, its replica manager has not begun the leader epoch), it holds a Produce until it leads instead
+of refusing it, so a client's pipelined batches are answered alike (the confluent-kafka duplicate under node kills).
 """
 
 from __future__ import annotations
 
+import asyncio
+import errno
+import threading
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.cluster.etcd_cluster import EtcdCluster
-from tests.gateway.test_replicas import TOPIC, WAIT_S, Trio, bounded, etcd, produce, trio
-from walgate.gateway.kafka import transactions
+from tests.gateway.test_replicas import TOPIC, WAIT_S, Trio, bounded, etcd, produce, trio, until
+from walgate.gateway.kafka import leaders, transactions
+from walgate.gateway.kafka.handlers import produce as produce_handler
 from walgate.gateway.kafka.node_links import NodeLinks
 from walgate.gateway.kafka.txn_remote import write_markers
 from walgate.storage.engine import Engine
@@ -82,6 +89,62 @@ async def test_a_new_leader_answers_a_retried_batch_as_a_duplicate_and_keeps_ope
         assert (answer.error_code, answer.base_offset) == (ErrorCode.none, 0) and wal.next_version == end
         producers = new.engine.store.producers[(TOPIC, 0)]
         assert producers.last_stable(0, 4) == 2  # read_committed stops at the open transaction, as on node 1
+
+
+async def test_a_node_taking_over_the_lead_answers_pipelined_batches_once_it_leads_not_with_not_leader(
+        etcd: EtcdCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An idempotent producer's batches in flight when its partition's leader dies, sent again to the new leader
+    while it takes over (Metadata names it, its replica manager has not begun the leader epoch): batch 1, which the
+    old leader appended and its followers copied but never acknowledged, and batch 2, new. Answered once the new
+    leader leads, batch 1 with its original offset and batch 2 after it, never NOT_LEADER_OR_FOLLOWER: a refused
+    batch 1 beside an accepted batch 2 is what made librdkafka take batch 1 as delivered with no offset, or, were
+    batch 1 not in the log, answer batch 2 OUT_OF_ORDER_SEQUENCE_NUMBER and bump the producer's epoch, sending
+    every batch not acknowledged yet, of every partition, again as new (a record stored twice: the compat run under
+    node kills of 2026-11-30). Node 2's takeover is held by refusing its leader-epoch file's write until released."""
+    async with trio(etcd, tmp_path, monkeypatch, native=True) as t:
+        await t.started()
+        for k in (0, 1):
+            answer = await produce(t, 1, -1, batch=batch(IDEMPOTENT, k, b"%d" % k))
+            assert (answer.error_code, answer.base_offset) == (ErrorCode.none, k)
+        await t.caught_up(2, 3)
+        epochs = (await t.nodes[2].side.vnode(t.nodes[2].db, 0)).epochs
+        released, refused = threading.Event(), []
+        replace_file = epochs._replace
+
+        def refuse_until_released(entries: Any) -> None:
+            if not released.is_set():
+                refused.append(entries)
+                raise OSError(errno.ENOSPC, "No space left on device")
+            replace_file(entries)
+        monkeypatch.setattr(epochs, "_replace", refuse_until_released)
+        waiting: set[asyncio.Task[Any] | None] = set()
+
+        def spied(*args: Any) -> bool:
+            found = leaders.taking_over(*args)
+            if found:
+                waiting.add(asyncio.current_task())
+            return found
+        monkeypatch.setattr(produce_handler, "taking_over", spied)
+        async def held(count: int, sent: asyncio.Task[Any]) -> bool:
+            """``count`` requests wait for the takeover, or ``sent`` was answered."""
+            return len(waiting) == count or sent.done()
+
+        async def tried() -> bool:
+            return bool(refused)
+
+        await t.write_state(replace(await t.state(), leader=2, leader_epoch=2))
+        await until(tried, "node 2 tries to take over")
+        retried = asyncio.create_task(produce(t, 2, -1, batch=batch(IDEMPOTENT, 1, b"1")))
+        await until(lambda: held(1, retried), "node 2 holds batch 1 while it takes over")
+        assert not retried.done(), retried.result()  # (not answered NOT_LEADER_OR_FOLLOWER meanwhile)
+        following = asyncio.create_task(produce(t, 2, -1, batch=batch(IDEMPOTENT, 2, b"2")))
+        await until(lambda: held(2, following), "node 2 holds batch 2 too")
+        assert not following.done(), following.result()
+        assert not retried.done(), retried.result()
+        released.set()
+        answers = [await retried, await following]
+        assert [(a.error_code, a.base_offset) for a in answers] == [(ErrorCode.none, 1), (ErrorCode.none, 2)]
+        assert (await t.nodes[2].wal()).next_version == 3  # batch 1 stored once
 
 
 def test_a_marker_is_written_on_a_replicated_partitions_leader_only(tmp_path: Path) -> None:

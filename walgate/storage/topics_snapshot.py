@@ -100,9 +100,14 @@ class TopicsSnapshot:
     def replicated_vgroup(self, topic: str, partition: int) -> tuple[str, int] | None:
         """(database id, vgroup) of ``topic``'s partition ``partition`` when its database keeps more than one replica
         of each vgroup (its leader, leader epoch and ISR are then its partition state's, issue 25), else None."""
+        return self.vgroup_of(topic, partition, replicated=True)
+
+    def vgroup_of(self, topic: str, partition: int, *, replicated: bool = False) -> tuple[str, int] | None:
+        """(database id, vgroup) of ``topic``'s partition ``partition`` (``replicated``: only when its database keeps
+        more than one replica of each vgroup), None for a topic or partition not known."""
         t = self._topics.get(topic)
         db = None if t is None else self._databases.get(t.db)
-        if db is None or db.replication_factor == 1 or not 0 <= partition < db.vgroups:
+        if db is None or (replicated and db.replication_factor == 1) or not 0 <= partition < db.vgroups:
             return None
         return db.id, partition
 

@@ -30,7 +30,7 @@ from walgate.storage.topics_snapshot import TopicsSnapshot
 from walgate.wire.errors import ErrorCode
 
 __all__ = ["Endpoints", "ReadCheck", "Reads", "other_nodes", "current_leader", "node_endpoints", "serving_view",
-           "leads_here", "named_state"]
+           "leads_here", "named_state", "taking_over"]
 
 T = TypeVar("T")
 Endpoints = Mapping[int, tuple[str, int]]
@@ -82,12 +82,27 @@ def named_state(led: LedVnodes | None, node_id: int, db_id: str, vgroup: int) ->
     if led is None:
         return None
     state = led.state_of(db_id, vgroup)
-    if state is None or state.leader != node_id or leads_here(led, node_id, db_id, vgroup, state):
-        return state
-    epoch = led.registered_epoch(node_id)
-    if epoch is not None and led.lease_held() and leads(state, node_id, epoch):
+    if state is None or state.leader != node_id or leads_here(led, node_id, db_id, vgroup, state) or \
+            _taking_over(led, node_id, state):
         return state
     return dataclasses.replace(state, leader=NO_LEADER)
+
+
+def taking_over(led: LedVnodes | None, node_id: int, db_id: str, vgroup: int) -> bool:
+    """Whether node ``node_id`` is about to lead the replicated vgroup: the newest partition state it read names it
+    leader under the broker epoch it is registered with (KIP-903), it holds its lease, and its replica manager has not
+    begun serving that leader epoch yet (:func:`leads_here` is false: it is applying the election, which takes it
+    tens to hundreds of milliseconds). Metadata names it leader meanwhile (:func:`named_state`). Any lane."""
+    state = None if led is None else led.state_of(db_id, vgroup)
+    if led is None or state is None or state.leader != node_id or leads_here(led, node_id, db_id, vgroup, state):
+        return False
+    return _taking_over(led, node_id, state)
+
+
+def _taking_over(led: LedVnodes, node_id: int, state: PartitionState) -> bool:
+    """:func:`taking_over` once ``state`` is known to name node ``node_id`` and it does not serve it yet."""
+    epoch = led.registered_epoch(node_id)
+    return epoch is not None and led.lease_held() and leads(state, node_id, epoch)
 
 
 class ReadCheck(NamedTuple):

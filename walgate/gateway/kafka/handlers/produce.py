@@ -24,8 +24,17 @@
   its ISR is below ``min.insync.replicas`` (NOT_ENOUGH_REPLICAS); an ``acks=all`` write is answered, after it is
   durable here, once the high watermark passes it (NOT_ENOUGH_REPLICAS_AFTER_APPEND when the ISR then is below the
   minimum, NOT_LEADER_OR_FOLLOWER when deposed first, REQUEST_TIMED_OUT after the request's ``timeout_ms``: Kafka's
-  produce purgatory, :mod:`walgate.gateway.purgatory`); ``acks=1`` after the local append, as Kafka. Rows produced
-  with ``acks=all`` to a TDengine topic over a replicated database (``REPLICA n``: each vnode its rows land in led
+  produce purgatory, :mod:`walgate.gateway.purgatory`); ``acks=1`` after the local append, as Kafka. A node that is
+  taking over a partition's lead (:func:`~walgate.gateway.kafka.leaders.taking_over`: Metadata names it, its replica
+  manager has not begun the leader epoch yet) holds a request writing it until it leads (or, at the most, the
+  request's ``timeout_ms``; :func:`_taken_over`) instead of answering NOT_LEADER_OR_FOLLOWER: a client's pipelined
+  batches of the partition are then all answered by the leader, none refused while a later one is taken. Kafka's
+  broker leads a partition as soon as its metadata names it; walgate's takeover of hundreds of milliseconds split a
+  client's in-flight batches: librdkafka took a batch accepted after a refused one as acknowledging it (delivered,
+  with no offset), and, when the refused batch was not in the log, the later one's OUT_OF_ORDER_SEQUENCE_NUMBER
+  made it bump its producer epoch (KIP-360) and send every batch not acknowledged yet again under new sequence
+  numbers: one the old leader had appended was stored twice (as the WALs and logs of a compat run of 2026-11-30
+  read). Rows produced with ``acks=all`` to a TDengine topic over a replicated database (``REPLICA n``: each vnode its rows land in led
   here, else NOT_LEADER_OR_FOLLOWER) are refused before their append while a vnode's ISR is below
   ``min.insync.replicas`` (NOT_ENOUGH_REPLICAS) and answered once the high watermark of every vnode the topic's
   partitions of the request appended to passes those appends, in the leader epoch they were appended in
@@ -85,7 +94,14 @@ from walgate.gateway.kafka.access import Operation, ResourceType, allowed, check
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.handlers.common import PRODUCE, TRANSACTIONS, Unanswered, error_of
-from walgate.gateway.kafka.leaders import Endpoints, current_leader, node_endpoints, other_nodes, serving_view
+from walgate.gateway.kafka.leaders import (
+    Endpoints,
+    current_leader,
+    node_endpoints,
+    other_nodes,
+    serving_view,
+    taking_over,
+)
 from walgate.gateway.kafka.led_vnodes import LedVnodes
 from walgate.gateway.quotas import PRODUCE as PRODUCE_RATE
 from walgate.storage.durability import Need
@@ -110,6 +126,7 @@ API_KEY, MIN_VERSION, MAX_VERSION = 0, 3, 12
 PartitionAnswer = ProduceResponsePartitionProduceResponse
 _IMPLICIT_ADD_SINCE = 12  # Kafka's produceRequestVersionToTransactionSupportedOperation: addPartition
 _ACKS = (-1, 0, 1)
+_TAKEOVER_POLL_S = 0.01
 _RETRIABLE_VERIFICATION = frozenset({ErrorCode.concurrent_transactions, ErrorCode.network_exception,
                                      ErrorCode.coordinator_load_in_progress, ErrorCode.coordinator_not_available,
                                      ErrorCode.not_coordinator})
@@ -134,6 +151,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: ProduceRequest) -
         writable, denied, refused = _nothing, ErrorCode.transactional_id_authorization_failed, {}
     others = other_nodes(broker, ctx.listener.name)
     written = [(t.name, p.index) for t in request.topic_data for p in t.partition_data]
+    await _taken_over(broker, written, request.timeout.total_seconds())
     answers, needs, waits = await broker.call_on(
         lambda topics: partition_keys(topics, written), _produce, request, int(time.time() * 1000), writable, denied,
         refused, broker.node_id, others, broker.led)
@@ -158,6 +176,21 @@ async def handle(broker: Broker, ctx: RequestContext, request: ProduceRequest) -
     return Unanswered(fields, ", ".join(
         f"{t['name']}-{p['index']}: {ErrorCode(p['error_code']).name.upper()}"
         for t in responses for p in t["partition_responses"] if p["error_code"]))
+
+
+async def _taken_over(broker: Broker, written: list[tuple[str, int]], timeout_s: float) -> None:
+    """Wait while this node is taking over the lead of a replicated partition of ``written``
+    (:func:`~walgate.gateway.kafka.leaders.taking_over`), at most ``timeout_s``; at once when it takes over none.
+    Looked at every :data:`_TAKEOVER_POLL_S` s: requests that began waiting earlier are woken earlier, so a
+    connection's requests still reach the partition in the order they came."""
+    led = broker.led
+    if led is None:
+        return
+    topics = broker.topics()
+    vgroups = {vgroup for topic, index in written if (vgroup := topics.vgroup_of(topic, index)) is not None}
+    deadline = time.monotonic() + timeout_s
+    while any(taking_over(led, broker.node_id, *vgroup) for vgroup in vgroups) and time.monotonic() < deadline:
+        await asyncio.sleep(_TAKEOVER_POLL_S)
 
 
 async def _durable(broker: Broker, answers: dict[tuple[str, int], PartitionAnswer], key: tuple[str, int],
