@@ -128,7 +128,7 @@ async def test_a_write_appended_by_a_leader_deposed_before_its_wait_is_answered_
             blocked = asyncio.create_task(node.side.storage.call_on(frozenset([(DB, 0)]), release.wait))
             try:
                 await t.write_state(replace(await t.state(), leader=2, leader_epoch=2))
-                await until(lambda: _is(queued(node, "_database_named")), "node 1 applies the state (queued on its lane)")
+                await until(lambda: _is(queued(node, "_placement")), "node 1 applies the state (queued on its lane)")
                 write = asyncio.create_task(insert(client, 1))
                 await until(lambda: _is(queued(node, "Insert(")), "the INSERT is queued after it")
             finally:
