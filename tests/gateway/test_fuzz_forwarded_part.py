@@ -7,7 +7,9 @@ CREATE/DROP TABLEs, a CREATE TOPIC, SELECTs, SHOW TABLES and other statements.
 Invariant, per input: the part is a statement or a StorageError (the HTTP API's 400), never another exception; a
 part accepted comes from a header of exactly the form nodes send (``<node id>;<positions>`` as
 :func:`~walgate.storage.insert_routing.format_positions` writes them, ``here;<now>`` / ``scan;<now>`` of a SELECT,
-``here`` or ``scan`` of a SELECT from a node of the version before, ``here`` of a SHOW TABLES) and holds exactly the targets or tables at those positions. Seeded and bounded
+``here`` or ``scan`` of a SELECT from a node of the version before, then ``;<vgroups>`` routed to the node (a SELECT's
+``here;<now>;<vgroups>``, a SHOW TABLES' ``here;;<vgroups>``), ``here`` of a SHOW TABLES) and holds exactly the
+targets or tables at those positions. Seeded and bounded
 (tests/storage/fuzzing.py's settings)."""
 
 from __future__ import annotations
@@ -40,11 +42,14 @@ STATEMENTS = [
     "CREATE DATABASE g",
     "not sql at all",
 ]
-FORM = re.compile(r"[0-9]+;(?:here|scan|(?:here|scan);(?:0|[1-9][0-9]{0,18})|(?:0|[1-9][0-9]*)(?:,(?:0|[1-9][0-9]*))*)")
+VGROUPS = r"(?:(?:0|[1-9][0-9]{0,5})(?:,(?:0|[1-9][0-9]{0,5}))*)?"
+FORM = re.compile(r"[0-9]+;(?:here|scan|(?:here|scan);(?:0|[1-9][0-9]{0,18})(?:;" + VGROUPS + r")?|(?:here|scan);;"
+                  + VGROUPS + r"|(?:0|[1-9][0-9]*)(?:,(?:0|[1-9][0-9]*))*)")
 PIECES = st.sampled_from(["", "0", "1", "2", "3", "-1", "+1", " 1", "1 ", "1_0", "٣", "²", "9" * 30, "9" * 5000,
                           "here", "scan", "HERE", ",", ";", "0,0", "1,0", "0,,1", "0x1", "1e1", "\x00", "é",
                           "here;1700000000000000000", "scan;0", f"scan;{2**63 - 1}", f"here;{2**63}", "here;01",
-                          "scan;-5", "here;", "scan;٣", "here;1;2"])
+                          "scan;-5", "here;", "scan;٣", "here;1;2", "here;;0,1", "scan;5;0,0", "here;5;", "here;;",
+                          "here;5;1,02"])
 HEADERS = st.one_of(
     st.tuples(PIECES, PIECES, st.lists(PIECES, max_size=4)).map(lambda h: f"{h[0]};{','.join([h[1], *h[2]])}"),
     st.tuples(PIECES, st.lists(st.integers(-2, 6), max_size=5)).map(lambda h: f"{h[0]};{','.join(map(str, h[1]))}"),
@@ -61,6 +66,10 @@ HEADERS = st.one_of(
 @example(STATEMENTS[6], "1;scan").via("a SELECT's part without its now")
 @example(STATEMENTS[6], f"1;here;{2**63}").via("a now past 2^63")
 @example(STATEMENTS[6], "2;scan;1700000000000000000").via("a SELECT's part as nodes send it")
+@example(STATEMENTS[6], "2;scan;1700000000000000000;0,2").via("a SELECT's part with its vgroups")
+@example(STATEMENTS[6], "2;here;;0").via("a SELECT's vgroups without its now")
+@example(STATEMENTS[7], "2;here;;1").via("a SHOW TABLES' part with its vgroups")
+@example(STATEMENTS[7], "2;here;0").via("a SHOW TABLES' part with a now")
 def test_a_forwarded_part_is_of_the_form_nodes_send_or_refused(sql: str, header: str) -> None:
     try:
         part = _forwarded_part(sql, header)
@@ -73,8 +82,14 @@ def test_a_forwarded_part_is_of_the_form_nodes_send_or_refused(sql: str, header:
         assert isinstance(stmt, ast.Show | ast.Select) and part == stmt and (positions == "here" or
                                                                              isinstance(stmt, ast.Select))
         return
-    if positions.startswith(("here;", "scan;")):  # a SELECT's part and the instant of its now
-        assert isinstance(stmt, ast.Select) and part == stmt and int(positions[5:]) < 2**63
+    if positions.startswith(("here;", "scan;")):  # a SELECT's part: the instant of its now, the vgroups routed here
+        now, _, vgroups = positions[5:].partition(";")
+        assert part == stmt and isinstance(stmt, ast.Select | ast.Show)
+        if now:
+            assert int(now) < 2**63 and isinstance(stmt, ast.Select)
+        else:
+            assert positions.startswith("here") and isinstance(stmt, ast.Show)
+        assert len(set(vgroups.split(","))) == len(vgroups.split(","))
         return
     at = [int(p) for p in positions.split(",")]
     if isinstance(stmt, ast.Insert):

@@ -455,9 +455,10 @@ def _forwarded_part(sql: str, header: str) -> ast.Insert | TableDdl | ast.Select
     sender, sep, positions = header.partition(";")
     parse_sender(sender)
     stmt = parse(sql)
-    if sep and select_part(positions) is not None and isinstance(stmt, ast.Select):
+    if sep and (part := select_part(positions)) is not None and isinstance(stmt, ast.Select) and (
+            part.now_ns is not None or part.vgroups is None):  # (a node of the version before names neither)
         return stmt
-    if sep and (part := select_part(positions)) is not None and not part.scan and isinstance(stmt, ast.Show) and \
+    if sep and part is not None and not part.scan and part.now_ns is None and isinstance(stmt, ast.Show) and \
             stmt.what == "TABLES":
         return stmt
     if sep and positions not in (HERE, SCAN) and isinstance(stmt, TableDdl):
@@ -580,6 +581,7 @@ async def _merge_select(request: web.Request, shared: SharedCatalog, authorizer:
     named = select.source.db if select is not None else stmt.db if isinstance(stmt, ast.Show) else None
     dbdef = _led(app, await storage.call(engine.store.resolve_db, named, db))
     replicas = app[_REPLICAS]() if _REPLICAS in app else None
+    read: Collection[int] = range(dbdef.vgroups)  # the vgroups the statement reads
     # replicated: a vgroup with no leader now fails the statement (without the replica manager its rows would be left
     # out: no node leads it); one copy: each vgroup is read where it is placed, nothing to check (no lane call)
     if replicas is not None and dbdef.replication_factor > 1:
@@ -587,13 +589,15 @@ async def _merge_select(request: web.Request, shared: SharedCatalog, authorizer:
         alone = None  # a table read alone: its vgroup's leader is all it needs (rv4 R6)
         if select is not None and not await storage.call(_is_stable, engine, dbdef.name, select.source.name):
             alone = select.source.name
+            read = (vnode_of(dbdef.name, alone, dbdef.vgroups),)
         check_led(dbdef, lambda vgroup: None if (state := state_of(vgroup)) is None else state.leader, alone)
     scan = select is not None and not plain(select)
     now_ns = engine.clock.time_ns() if select is not None else None  # every node's part reads ``now`` at this one
-    nodes = sorted(set(dbdef.nodes or (local,)) | ({local} if scan else set()))  # scan: merged here, so run here
     # each vgroup read by exactly the node this one routes it to (its leader as read here), which refuses it when it
     # no longer leads it (NotLedNow): never left out, nor read twice, while a leadership moves
-    assigned = {node: tuple(v for v in range(dbdef.vgroups) if dbdef.node_of(v, local) == node) for node in nodes}
+    routed = {v: dbdef.node_of(v, local) for v in read}
+    nodes = sorted(set(routed.values()) | ({local} if scan else set()))  # scan: merged here, so run here
+    assigned = {node: tuple(v for v in read if routed[v] == node) for node in nodes}
     urls = {info.node_id: info.http for info in shared.member.view.nodes}
     path = "/rest/sql" + (f"/{db}" if db else "")
     caller = _caller(request, shared)
