@@ -249,6 +249,7 @@ class ReplicaManager:
         self._changes: asyncio.Queue[tuple[PartitionId, PartitionState | None] | None] = asyncio.Queue()
         self._loop = asyncio.get_running_loop()
         self._releads: set[asyncio.Task[None]] = set()  # fenced leaders' states to apply again (:meth:`_relead`)
+        self._taken: set[VnodeKey] = set()  # every vnode led or followed (or being taken on) since the start: close()
         # told (on the event loop) each vnode this node begins to lead, with its leader epoch, and each it stops
         # leading (None): the coordinators load and drop the partitions of their internal topic so
         self.leadership: list[Callable[[VnodeKey, int | None], None]] = []
@@ -449,6 +450,7 @@ class ReplicaManager:
             await self._follow(pid, key, state)
 
     async def _lead(self, pid: PartitionId, key: VnodeKey, state: PartitionState) -> None:
+        self._taken.add(key)
         led = self.led.get(pid)
         if led is not None and led.view.leader_epoch == state.leader_epoch:
             await self.storage.call_on(frozenset([key]), functools.partial(self._restate, led, state))
@@ -480,6 +482,7 @@ class ReplicaManager:
         self._post(led)
 
     async def _follow(self, pid: PartitionId, key: VnodeKey, state: PartitionState) -> None:
+        self._taken.add(key)
         await self._resign(pid)
         now = self.following.get(pid)
         if now is not None:
@@ -678,9 +681,12 @@ class ReplicaManager:
 
     async def close(self) -> None:
         """Stop every fetcher and proposer; the waiting acks=all writes answered NOT_LEADER_OR_FOLLOWER; every vnode
-        led or followed keeps the visible version it has now, written as its high watermark checkpoint."""
-        keys = [led.key for led in self.led.values()] + [
-            key for f in self.fetching.values() for key in f.fetcher.followed]
+        led or followed since the start keeps the visible version it has now, written as its high watermark
+        checkpoint: also one whose leadership a controlled shutdown just moved while it was not followed yet (its
+        :meth:`_follow` cancelled with this manager), which a node that ran less than ``checkpoint_s`` would
+        otherwise leave with no checkpoint at all (a vnode let go since is skipped)."""
+        keys = sorted({led.key for led in self.led.values()} | {
+            key for f in self.fetching.values() for key in f.fetcher.followed} | self._taken)
         for task in self._releads:
             task.cancel()
         for pid in list(self.led):
