@@ -249,7 +249,8 @@ class ReplicaManager:
         self._changes: asyncio.Queue[tuple[PartitionId, PartitionState | None] | None] = asyncio.Queue()
         self._loop = asyncio.get_running_loop()
         self._releads: set[asyncio.Task[None]] = set()  # fenced leaders' states to apply again (:meth:`_relead`)
-        self._taken: set[VnodeKey] = set()  # every vnode led or followed (or being taken on) since the start: close()
+        # every vnode led or followed (or being taken on) since the start, but those of databases dropped: close()
+        self._taken: dict[PartitionId, VnodeKey] = {}
         # told (on the event loop) each vnode this node begins to lead, with its leader epoch, and each it stops
         # leading (None): the coordinators load and drop the partitions of their internal topic so
         self.leadership: list[Callable[[VnodeKey, int | None], None]] = []
@@ -450,7 +451,7 @@ class ReplicaManager:
             await self._follow(pid, key, state)
 
     async def _lead(self, pid: PartitionId, key: VnodeKey, state: PartitionState) -> None:
-        self._taken.add(key)
+        self._taken[pid] = key
         led = self.led.get(pid)
         if led is not None and led.view.leader_epoch == state.leader_epoch:
             await self.storage.call_on(frozenset([key]), functools.partial(self._restate, led, state))
@@ -482,7 +483,7 @@ class ReplicaManager:
         self._post(led)
 
     async def _follow(self, pid: PartitionId, key: VnodeKey, state: PartitionState) -> None:
-        self._taken.add(key)
+        self._taken[pid] = key
         await self._resign(pid)
         now = self.following.get(pid)
         if now is not None:
@@ -548,6 +549,7 @@ class ReplicaManager:
         """Stop leading or following ``pid``, a vnode of a database dropped here (closed with it: nothing to
         freeze); a database made again under its name has another id, so no view, wait or fetch of this one is
         taken for it."""
+        self._taken.pop(pid, None)
         leader = self.following.get(pid)
         if pid not in self.led and leader is None:
             return
@@ -686,7 +688,7 @@ class ReplicaManager:
         :meth:`_follow` cancelled with this manager), which a node that ran less than ``checkpoint_s`` would
         otherwise leave with no checkpoint at all (a vnode let go since is skipped)."""
         keys = sorted({led.key for led in self.led.values()} | {
-            key for f in self.fetching.values() for key in f.fetcher.followed} | self._taken)
+            key for f in self.fetching.values() for key in f.fetcher.followed} | set(self._taken.values()))
         for task in self._releads:
             task.cancel()
         for pid in list(self.led):
