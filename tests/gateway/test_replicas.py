@@ -668,9 +668,15 @@ async def test_an_isr_change_the_control_plane_could_not_take_is_proposed_again(
         await until(lambda: _is(leader.visible_version == leader.next_version), "the HW passes without node 3")
 
 
-def _fenced_once(monkeypatch: pytest.MonkeyPatch, manager: ReplicaManager) -> list[Any]:
-    """``manager``'s next ISR change refused STALE_BROKER_EPOCH, as while its registration was gone (its lease
-    lapsed under load); the list gets the state it was proposed from."""
+async def _fenced_once(t: Trio, monkeypatch: pytest.MonkeyPatch) -> tuple[ReplicaManager, list[Any]]:
+    """Node 1 leading, a row copied to nodes 2 and 3; its replica manager, whose next ISR change is refused
+    STALE_BROKER_EPOCH, as while its registration was gone (its lease lapsed under load), and the list that gets the
+    state that change was proposed from."""
+    await t.started()
+    await t.insert(1, 0)
+    await t.caught_up(2, 3)
+    manager = t.nodes[1].manager
+    assert manager is not None
     alter_isr = manager.states.alter_isr
     fenced: list[Any] = []
 
@@ -680,7 +686,7 @@ def _fenced_once(monkeypatch: pytest.MonkeyPatch, manager: ReplicaManager) -> li
             return AlterOutcome(known, ErrorCode.stale_broker_epoch)
         return await alter_isr(known, *args)
     monkeypatch.setattr(manager.states, "alter_isr", stale_once)
-    return fenced
+    return manager, fenced
 
 
 async def test_a_leader_an_isr_change_found_fenced_leads_again_while_etcd_still_names_it(
@@ -690,12 +696,7 @@ async def test_a_leader_an_isr_change_found_fenced_leads_again_while_etcd_still_
     state in etcd still names it. It leads again in that epoch once it holds its lease, as after a restart; else
     the partition would stay without a leader (seen by the Jepsen group coordinator tests under load)."""
     async with trio(etcd, tmp_path, monkeypatch) as t:
-        await t.started()
-        await t.insert(1, 0)
-        await t.caught_up(2, 3)
-        manager = t.nodes[1].manager
-        assert manager is not None
-        fenced = _fenced_once(monkeypatch, manager)
+        manager, fenced = await _fenced_once(t, monkeypatch)
         await t.stop(3)  # an ISR change to propose
         await until(lambda: _is(bool(fenced)), "the ISR change refused as fenced")
         await until(lambda: t.isr_is({1, 2}), "node 1 leads again in its epoch and shrinks the ISR")
@@ -710,12 +711,7 @@ async def test_a_fenced_leader_whose_watch_lags_never_leads_the_epoch_it_cached(
     names it leader of the old epoch, etcd does not. It must not lead that epoch again: it waits for the watch and
     follows the new leader."""
     async with trio(etcd, tmp_path, monkeypatch) as t:
-        await t.started()
-        await t.insert(1, 0)
-        await t.caught_up(2, 3)
-        manager = t.nodes[1].manager
-        assert manager is not None
-        fenced = _fenced_once(monkeypatch, manager)
+        manager, fenced = await _fenced_once(t, monkeypatch)
         held: list[tuple[Any, Any]] = []
         seen = manager.states._seen
         monkeypatch.setattr(manager.states, "_seen", lambda event, on_change: held.append((event, on_change)))
