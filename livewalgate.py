@@ -72,11 +72,21 @@ class WalgateServer:
         raise AssertionError(f"no VmRSS for pid {self.proc.pid}")
 
 
+_handed_out: set[int] = set()
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A TCP port on 127.0.0.1 that was free a moment ago and that this process has not handed out before (the
+    kernel may offer a port it offered a moment ago: two ports taken in a row for one server, say etcd's client and
+    peer ports, were once the same, and the second listener could not bind)."""
+    for _ in range(1_000):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if port not in _handed_out:
+            _handed_out.add(port)
+            return port
+    raise AssertionError("no port this process has not handed out before")
 
 
 def walgate_env() -> dict[str, str]:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 import urllib.error
@@ -22,15 +21,11 @@ from pathlib import Path
 
 import pytest
 
+from livewalgate import free_port
+
 __all__ = ["EtcdCluster", "Member", "etcd_cluster", "free_port"]
 
 _START_S = 30.0  # a member answering /health, on a loaded machine
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def etcd_binary() -> str:

@@ -95,6 +95,7 @@ async def test_the_rack_aware_leader_sends_a_consumer_to_the_in_sync_follower_of
             await t.insert(1, k)
         await t.caught_up(2, 3)
         one = t.nodes[1]
+        await until(functools.partial(learned_hw, one), "node 1's HW passed both rows")  # (the followers' next fetch)
 
         async def prefers(rack: str, node: int) -> bool:
             return bool((await fetched(one, rack=rack))["preferred_read_replica"] == node)

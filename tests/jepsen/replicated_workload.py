@@ -241,10 +241,12 @@ class Nodes:
 
 
 def three_ready(nodes: Nodes) -> None:
-    """Until node 1 lists three ready nodes. (Three rows are not enough: a node listed but not yet registered is
+    """Until every node lists three ready nodes. (Three rows are not enough: a node listed but not yet registered is
     "offline", and placing REPLICA 3 then answers 400 "Out of dnodes" (the final run of 4120237 failed so), a
-    CreateTopics of replication factor 3 INVALID_REPLICATION_FACTOR.)"""
-    wait_until("three ready nodes", lambda: [r[2] for r in sql(nodes.servers[1], "SHOW DNODES")] == ["ready"] * 3)
+    CreateTopics of replication factor 3 INVALID_REPLICATION_FACTOR. Node 1's view is not enough either: each node
+    learns registrations from its own etcd watch, and a CreateTopics sent to another node once saw two.)"""
+    wait_until("three ready nodes", lambda: all([r[2] for r in sql(server, "SHOW DNODES")] == ["ready"] * 3
+                                                for server in nodes.servers.values()))
 
 
 @contextmanager
