@@ -11,13 +11,19 @@ logged a traceback.
 
 A ``REPLICA 3`` SQL database's vgroup on three of the four nodes is then moved (through its TDengine topic's
 partition) to a set with the fourth: the fourth opens it empty and catches up, the node left out deletes its copy,
-and every row written before and after is counted through every node."""
+and every row written before and after is counted through every node.
+
+A topic partition whose leader's retention deleted its first segments is then moved to the fourth node, which held
+none of it and is made its leader: its copy starts at the leader's log start (Kafka's ``truncateFullyAndStartAt``),
+catches up, and serves every value from the log start on."""
 
 from __future__ import annotations
 
+import time
 from contextlib import ExitStack
 from pathlib import Path
 
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import NewTopic
 from etcd_cluster import EtcdCluster
 from history import FinalRead, Send, check
@@ -58,6 +64,7 @@ def test_replicas_moved_to_nodes_not_holding_them_keep_every_write(etcd1: EtcdCl
         nodes = [*three_nodes(stack, etcd1, tmp_path), stack.enter_context(node(etcd1, tmp_path, 4, *ARGS))]
         moves_of_a_topic(etcd1, nodes)
         move_of_a_databases_vgroup(etcd1, nodes)
+        move_below_the_log_start(nodes)
         for server in nodes:
             no_traceback(server)
 
@@ -129,3 +136,42 @@ def move_of_a_databases_vgroup(etcd: EtcdCluster, nodes: list[WalgateServer]) ->
         f"({1_700_000_000_000 + i}, {i})" for i in range(50)))
     for server in nodes:
         assert sql(server, "SELECT COUNT(*), SUM(v) FROM r.st") == [[150, 4950 + 1225]]
+
+
+def move_below_the_log_start(nodes: list[WalgateServer]) -> None:
+    """A partition on nodes 1, 2 whose first segments retention deleted, moved to 4, 2 (the module docstring)."""
+    n1, _, _, n4 = nodes
+    configs = {**KT_CONFIGS, "segment.bytes": str(1 << 20), "retention.bytes": str(1 << 20)}
+    create_topics(bootstrap(nodes), NewTopic("kr", 1, replica_assignment=[[1, 2]], config=configs))
+    eventually("kr led, both replicas in sync", lambda: described(n1, "kr") == {0: (1, [1, 2], [1, 2])})
+    producer = Producer({"bootstrap.servers": bootstrap(nodes), "acks": "all", "enable.idempotence": True})
+    for i in range(400):  # 4 MB: 1 MiB segments, retention keeping about one
+        producer.produce("kr", value=b"%d:" % i + b"x" * 10_000)
+        producer.poll(0)
+    assert producer.flush(60) == 0
+    consumer = Consumer({"bootstrap.servers": f"127.0.0.1:{n4.kafka_port}", "group.id": "kr",
+                         "enable.auto.commit": False})
+
+    def watermarks() -> tuple[int, int]:
+        try:
+            low, high = consumer.get_watermark_offsets(TopicPartition("kr", 0), timeout=30)
+            return low, high
+        except KafkaException:  # (NOT_LEADER_OR_FOLLOWER while its leadership moves: asked again)
+            return -1, -1
+    try:
+        eventually("retention deleted the first segments", lambda: watermarks()[0] > 0)
+        assert move(n4.kafka_port, [4, 2], "kr") == (ErrorCode.none, ErrorCode.none)
+        eventually("moved to 4, 2: node 4 started at the log start, caught up and leads",
+                   lambda: described(n1, "kr")[0] == (4, [4, 2], [2, 4]))
+        eventually("the watermarks from node 4", lambda: watermarks()[0] > 0)
+        low, high = watermarks()
+        assert 0 < low < high == 400
+        consumer.assign([TopicPartition("kr", 0, low)])
+        values: list[int] = []
+        deadline = time.monotonic() + 60
+        while len(values) < high - low and time.monotonic() < deadline:
+            values += [int(m.value().split(b":")[0]) for m in consumer.consume(500, 1.0) if m.error() is None]
+    finally:
+        consumer.close()
+    assert values == list(range(low, high))
+    assert "it starts at version" in n4.log()

@@ -14,7 +14,10 @@ the others fetched on; a cut whose epoch file the disk refused (the WAL held) fi
 divergence of a vnode unfollowed before its cut runs cuts nothing; a client's request refused, and the API absent
 from ApiVersions; a fetcher cancelled in any event-loop iteration of a fetch ends at once; a catch-up throttled on
 the leader's or the follower's side (KIP-73) stays within the rate (the bytes recorded in the quota over time, an
-upper bound) and ends with equal WALs.
+upper bound) and ends with equal WALs; a Kafka-native partition's copy ending below the leader's log start is emptied
+and started there (Kafka's ``truncateFullyAndStartAt``; again at a later fetch when the disk refused the first try)
+and then equals the leader's log, offsets and producer state, also after a restart; an SQL vgroup's is no longer
+fetched and says why.
 """
 
 from __future__ import annotations
@@ -487,10 +490,120 @@ async def test_every_error_code(etcd: EtcdCluster, tmp_path: Path) -> None:
                                  "current_leader_epoch": 1, "fetch_version": 0, "partition_max_bytes": 1})
         assert (below.error_code, below.log_start_version) == (ErrorCode.offset_out_of_range, wal.first_version)
 
-        p.fetcher.followed.clear()  # the fetcher on it: the vnode is no longer fetched, and says why
-        p.fetcher.follow(FollowedVnode(native, (await p.leader.db_id(native)), 0, 1))
+
+async def _native_below_log_start(p: Pair) -> tuple[str, str, int]:
+    """A Kafka-native topic (1 MiB segments) led by node 1, its first batch copied to node 2, which then stops
+    fetching it while the leader appends three 600 KiB batches (the last an idempotent producer's) and retention
+    deletes its first segment: (its database, the database's id, the leader's log start version), node 2's copy
+    ending below it."""
+    for side in (p.leader, p.follower):  # replicated as a cluster's catalog makes it: its copies start with no epoch
+        await side.call(side.engine.cluster_mode, True)
+        await side.call(side.engine.set_dnodes, (), {1: None, 2: None})
+    _, records = await p.leader.call(p.leader.engine.staged, p.leader.engine.create_kafka_topic, TOPIC, 1,
+                                     {"segment.bytes": str(1 << 20)}, {}, None, None, 2)
+    for seq, record in enumerate(records, 1):
+        for side in (p.leader, p.follower):
+            assert await side.call(side.engine.apply_shared, seq, record)
+    native = (await p.leader.call(p.leader.engine.topic, TOPIC)).db
+    db_id = await p.leader.db_id(native)
+    await p.lead(native, 1, 1)
+    (await p.leader.vnode(native, 0)).wal.leading = True
+    await p.leader.call(p.leader.engine.append_batches, TOPIC, 0, [encode_batch(0, [1], [None], [b"first"])])
+    await p.caught_up()
+    p.fetcher.unfollow((native, 0))
+    for k in range(3):
+        producer = {"producer_id": 7, "producer_epoch": 0, "base_sequence": 0} if k == 2 else {}
+        batch = encode_batch(0, [k], [None], [b"x" * (600 << 10)], **producer)
+        await p.leader.call(p.leader.engine.append_batches, TOPIC, 0, [batch])
+    vnode = await p.leader.vnode(native, 0)
+    wal = vnode.wal
+    await p.leader.call(wal.delete_oldest, 1)  # (as retention does: Vnode.apply_retention, then the offsets trimmed)
+    await p.leader.call(p.leader.engine.views.trim_to_retention, vnode)
+    assert wal.first_version > (await p.follower.vnode(native, 0)).wal.next_version
+    return native, db_id, wal.first_version
+
+
+def _offsets(engine: Engine) -> tuple[int, int, list[int], list[int]]:
+    idx = engine.store.indexes[(TOPIC, 0)]
+    return idx.start_offset, idx.end_offset, list(idx.offsets), list(idx.versions)
+
+
+async def test_a_copy_below_the_leaders_log_start_is_emptied_and_starts_there(
+        etcd: EtcdCluster, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Kafka's ``truncateFullyAndStartAt``: a Kafka-native partition's copy that ends below its leader's log start
+    (OFFSET_OUT_OF_RANGE with ``log_start_version``) is emptied and starts there; it then holds the leader's log byte
+    for byte from that version, the same offsets, the epoch of what it copied from there, the producer state of the
+    batches it holds, and a restart opens it so."""
+    async with pair(etcd, tmp_path) as p:
+        native, db_id, start = await _native_below_log_start(p)
+        p.fetcher.follow(FollowedVnode(native, db_id, 0, 1))
+        with caplog.at_level(logging.WARNING, "walgate.replication"):
+            await p.caught_up()
+        assert f"it starts at version {start}" in caplog.text
+        copy = await p.follower.vnode(native, 0)
+        assert (copy.wal.first_version, [(e.epoch, e.start_offset) for e in copy.epochs.entries]) == (start, [(1, start)])
+        await p.same_wals(native, 1)
+        assert _offsets(p.follower.engine) == _offsets(p.leader.engine)
+        active = [(a.producer_id, a.last_sequence) for a in
+                  await p.follower.call(p.follower.engine.native.active_producers, TOPIC, 0)]
+        assert active == [(7, 0)]
+        assert p.fetcher.followed[(native, 0)].high_watermark >= start
+
+        await p.follower.call(p.follower.engine.close)  # a restart opens the copy where it starts
+        p.follower.engine = await p.follower.call(Engine.open, p.follower.data_dir / "data", node_id=2)
+        copy = await p.follower.vnode(native, 0)
+        assert (copy.wal.first_version, copy.wal.next_version) == (start, (await p.leader.vnode(native, 0)).wal.next_version)
+        assert _offsets(p.follower.engine) == _offsets(p.leader.engine)
+        assert p.follower.engine.damage_log.records == []
+
+
+async def test_a_copy_the_disk_refuses_to_start_anew_is_started_at_a_later_fetch(
+        etcd: EtcdCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The delete of the old copy refused (EIO): the vnode is left closed, the fetcher keeps its error and starts it
+    at a later fetch, once the disk takes it."""
+    async with pair(etcd, tmp_path) as p:
+        native, db_id, start = await _native_below_log_start(p)
+        p.fetcher.follow(FollowedVnode(native, db_id, 0, 1))
+        assert await p.fetcher.fetch_once()  # the answer: below the log start
+        followed = p.fetcher.followed[(native, 0)]
+        assert followed.start_at == start
+
+        def refused(_path: Path, _syncs: Any) -> None:
+            raise OSError(errno.EIO, "Input/output error")
+        monkeypatch.setattr("walgate.storage.engine.delete_vnode_dir", refused)
         assert not await p.fetcher.fetch_once()
-        assert "below the leader's log start" in (p.fetcher.followed[(native, 0)].stopped or "")
+        assert (followed.error, followed.start_at) == (ErrorCode.kafka_storage_error, start)
+        monkeypatch.undo()
+        followed.retry_at = 0.0
+        assert await p.fetcher.fetch_once() and followed.start_at is None
+        await p.caught_up()
+        await p.same_wals(native, 1)
+
+
+async def test_an_sql_vgroups_copy_below_the_leaders_log_start_is_no_longer_fetched(
+        etcd: EtcdCluster, tmp_path: Path) -> None:
+    """Its tables and topic offsets below the log start are not in the leader's WAL: not built; the copy is left as it
+    is, the vnode no longer fetched, and says why."""
+    async with pair(etcd, tmp_path) as p:
+        await _both(p, f"CREATE DATABASE {DB} VGROUPS 1 WAL_SEGMENT_SIZE 1 {WAL}", STABLE)
+        sql_id = await p.leader.db_id(DB)
+        await p.lead(DB, 1, 1)
+        leader_wal = (await p.leader.vnode(DB, 0)).wal
+        p.fetcher.unfollow((DB, 0))
+        rng = random.Random(5)
+        for k in range(40):  # 1 MiB segments: until the first is sealed
+            rows = " ".join(f"({1_700_000_000_000 + k * 5000 + i}, {rng.random()}, {rng.getrandbits(31)})"
+                            for i in range(5000))
+            await p.leader.sql(f"INSERT INTO {DB}.d0 USING {DB}.meters TAGS ('a', 0) VALUES {rows}")
+            if len(leader_wal.segments) > 1:
+                break
+        await p.leader.call(leader_wal.delete_oldest, 1)
+        assert leader_wal.first_version > 0
+        p.fetcher.follow(FollowedVnode(DB, sql_id, 0, 1))
+        assert await p.fetcher.fetch_once()
+        assert not await p.fetcher.fetch_once()
+        assert "not in the leader's WAL" in (p.fetcher.followed[(DB, 0)].stopped or "")
+        assert (await p.follower.vnode(DB, 0)).wal.next_version == 0  # nothing deleted
 
 
 async def test_a_node_fetches_only_as_itself(etcd: EtcdCluster, tmp_path: Path) -> None:

@@ -1,7 +1,9 @@
 """A replica move's vnodes on the nodes it adds and removes (issue 26): the ``place_vgroup`` record applied opens the
 vnode empty on a node newly placed (a Kafka-native topic's partition with its offset index, an SQL database's
 vgroup); on a node no longer placed, the vnode is listed as moved away and, dropped, closed and its files deleted;
-a crash at any step of the delete (walgate.storage.moved_vnodes) is finished by the next start."""
+a crash at any step of the delete (walgate.storage.moved_vnodes) is finished by the next start. A Kafka-native
+partition's copy started anew at a version (Kafka's ``truncateFullyAndStartAt``: ``Engine.start_vnode_at``) opens
+there again, and a crash while its old files are deleted opens it empty."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import pytest
 from walgate.cluster.placement import place_vgroup_record
 from walgate.storage.catalog import DB_DEFAULTS
 from walgate.storage.engine import Engine
+from walgate.storage.errors import Unsupported
 from walgate.storage.moved_vnodes import DELETED
 from walgate.storage.names import new_db_id
 
@@ -89,5 +92,52 @@ def test_a_crash_at_any_step_of_the_delete_is_finished_by_the_next_start(tmp_pat
     assert not vnode_dir.exists() and not renamed.exists()
     assert [v.index for v in e.vnodes["kafka_t"]] == [1] and [v.index for v in e.vnodes["s"]] == [0]
     assert e.moved_away() == []
+    assert e.damage_log.records == []
+    e.close()
+
+
+def test_a_copy_started_at_the_leaders_log_start_holds_nothing_below_it_and_reopens_there(tmp_path: Path) -> None:
+    """Kafka's ``truncateFullyAndStartAt`` (:meth:`Engine.start_vnode_at`): a Kafka-native partition's copy emptied
+    and started at version 7 (its offset index and producer state anew, no epoch); a restart opens it there. An SQL
+    vgroup's copy is refused (Unsupported) and a copy reaching the version too (ValueError), nothing changed."""
+    topic_db, sql_db = new_db_id(), new_db_id()
+    e = _node(tmp_path, 1)
+    _made(e, topic_db, sql_db)
+    old = next(v for v in e.vnodes["kafka_t"] if v.index == 0)
+    new = e.start_vnode_at("kafka_t", 0, 7)
+    assert new is not old and [v.index for v in e.vnodes["kafka_t"]] == [0, 1]
+    assert (new.wal.first_version, new.wal.next_version, new.epochs.entries) == (7, 7, ())
+    assert e.store.indexes[("t", 0)].end_offset == 0 and e.native.active_producers("t", 0) == []
+    with pytest.raises(Unsupported):
+        e.start_vnode_at("s", 0, 7)
+    with pytest.raises(ValueError):
+        e.start_vnode_at("kafka_t", 0, 7)
+    e.close()
+    e = _node(tmp_path, 1)
+    reopened = next(v for v in e.vnodes["kafka_t"] if v.index == 0)
+    assert (reopened.wal.first_version, reopened.wal.next_version) == (7, 7)
+    assert e.damage_log.records == []
+    e.close()
+
+
+@pytest.mark.parametrize("crash", ["after the rename", "during the removal"])
+def test_a_crash_while_a_copy_is_started_anew_opens_it_empty(tmp_path: Path, crash: str) -> None:
+    """A kill -9 after the old copy's rename, or while it was being removed: the next start deletes what is left and
+    opens the vnode (placed here) empty from version 0, which its fetcher then starts anew again; no damage."""
+    topic_db, sql_db = new_db_id(), new_db_id()
+    e = _node(tmp_path, 1)
+    _made(e, topic_db, sql_db)
+    vnode_dir = next(v.dir for v in e.vnodes["kafka_t"] if v.index == 0)
+    e.close()  # (the crash: the copy closed, then)
+    renamed = vnode_dir.with_name(vnode_dir.name + DELETED)
+    vnode_dir.rename(renamed)
+    if crash == "during the removal":
+        for f in sorted(p for p in renamed.rglob("*") if p.is_file())[::2]:
+            f.unlink()
+    e = _node(tmp_path, 1)
+    assert not renamed.exists()
+    copy = next(v for v in e.vnodes["kafka_t"] if v.index == 0)
+    assert (copy.wal.first_version, copy.wal.next_version) == (0, 0)
+    assert e.start_vnode_at("kafka_t", 0, 7).wal.first_version == 7
     assert e.damage_log.records == []
     e.close()

@@ -20,11 +20,14 @@ authenticated node link (:class:`~walgate.gateway.kafka.node_links.NodeLinks`), 
   opened): its WAL is first cut to the high watermark it knows, once, as Kafka's fetcher truncates a partition without
   epochs (``truncateToHighWatermark``), then fetched from there (with no epoch to name, the leader cannot answer where
   the logs diverge: a tail it never acknowledged would be kept);
-* OFFSET_OUT_OF_RANGE below the leader's log start (retention deleted what the follower lacks): the vnode is no longer
-  fetched and the condition logged at ERROR. Kafka's follower empties its log and starts at the leader's log start
-  (``truncateFullyAndStartAt``); a vnode cannot: the tables of the entries retention deleted (the meta store) and a
-  TDengine topic's offsets below them are not in the leader's WAL any more, so that needs a copy of the leader's
-  meta store and offset positions, which is not built (the vnode then stays as it is, out of the ISR);
+* OFFSET_OUT_OF_RANGE below the leader's log start (retention or DeleteRecords removed what the follower lacks: a
+  replica added by a move, or one back after a long absence): as Kafka's follower (``truncateFullyAndStartAt``), a
+  Kafka-native partition's copy is emptied and starts at the leader's log start before its next fetch
+  (:meth:`Engine.start_vnode_at <walgate.storage.engine.Engine.start_vnode_at>`, an exclusive call; its high
+  watermark is that version, :attr:`FollowedVnode.start_at` kept until the disk took it). An SQL vgroup's cannot: the
+  tables of the entries retention deleted (the meta store) and a TDengine topic's offsets below them are not in the
+  leader's WAL any more, so that needs a copy of the leader's meta store and offset positions, which is not built:
+  the vnode is no longer fetched and the condition logged at ERROR (it stays as it is, out of the ISR);
 * any other error (a leader epoch not yet or no longer the leader's, NOT_LEADER_OR_FOLLOWER, STALE_BROKER_EPOCH,
   OFFSET_OUT_OF_RANGE at or past the leader's log start: an epoch the leader cannot end, which a leader elected by
   the controller never answers; a storage refusal): kept in :attr:`FollowedVnode.error`, and that vnode alone left
@@ -64,13 +67,13 @@ from walgate.gateway.replication_traffic import ReplicationTraffic
 from walgate.gateway.storage_thread import StorageThread
 from walgate.replication.epochs import EpochEnd, LeaderEpochCache, follower_truncation
 from walgate.storage.engine import Engine
-from walgate.storage.errors import StorageError
+from walgate.storage.errors import StorageError, Unsupported
 from walgate.storage.lanes import VnodeKey
 from walgate.wire.errors import ErrorCode
 from walgate.wire.protocol import request_class
 from walgate.wire.serial import fields_of
 
-__all__ = ["FollowedVnode", "Link", "ReplicaFetcher", "finish_cut"]
+__all__ = ["FollowedVnode", "Link", "ReplicaFetcher", "finish_cut", "followed_hw"]
 
 log = logging.getLogger("walgate.replication")
 
@@ -102,6 +105,8 @@ class FollowedVnode:
     lag: int = 0  # versions the leader's high watermark was past this WAL's end after the last answer applied
     cut_to_hw: bool = False  # its WAL, no epoch known for its entries, was cut to the HW (once: then fetched from it)
     in_sync: bool = False  # caught up (lag 0) after the last answer applied: never held back by the throttle
+    start_at: int | None = None  # its copy ends below the leader's log start: emptied and started at this version
+    # before its next fetch (Kafka's truncateFullyAndStartAt), else None
 
     @property
     def key(self) -> VnodeKey:
@@ -114,6 +119,12 @@ class _Position:
     last_fetched_epoch: int
     durable_version: int
     epochless: bool = False  # entries in its WAL, no leader epoch known for them: cut to the HW before fetching
+
+
+def followed_hw(vnode: FollowedVnode, _end: int, _durable: int) -> int:
+    """A followed vnode's WAL's :attr:`Wal.replication <walgate.storage.wal.Wal.replication>`: its visible version is
+    the high watermark its leader's answers carry (capped by what it holds)."""
+    return vnode.high_watermark
 
 
 def _position(engine: Engine, db: str, vgroup: int) -> _Position:
@@ -216,8 +227,8 @@ class ReplicaFetcher:
 
     async def fetch_once(self) -> bool:
         """One WalFetch of every vnode followed, not stopped and due (its retry time passed), its answers applied;
-        whether every vnode's went well (no error). A vnode's unfinished cut is finished first, the vnode left out
-        while the disk still refuses it. The leader unreachable (raised) delays each vnode the request held."""
+        whether every vnode's went well (no error). A vnode's copy to start at its leader's log start is started
+        first and its unfinished cut finished, the vnode left out while the disk refuses either. The leader unreachable (raised) delays each vnode the request held."""
         now = asyncio.get_running_loop().time()
         vnodes = [v for v in self.followed.values() if v.stopped is None and v.retry_at <= now]
         if self.traffic is not None:  # the follower's replication throttle (KIP-73's shouldFollowerThrottle)
@@ -226,6 +237,13 @@ class ReplicaFetcher:
             vnodes = [v for v in vnodes if v.retry_at <= now]
         if not vnodes:
             return True
+        starting = [v for v in vnodes if v.start_at is not None]
+        for v in starting:
+            await self._start_copy(v)
+        started = all(v.start_at is None and v.stopped is None for v in starting)
+        vnodes = [v for v in vnodes if v.start_at is None and v.stopped is None]
+        if not vnodes:
+            return False
         unfinished = [v for v in vnodes if v.cut_unfinished]
         for v in unfinished:
             try:
@@ -237,7 +255,7 @@ class ReplicaFetcher:
         vnodes = [v for v in vnodes if not v.cut_unfinished]
         if not vnodes:
             return False
-        finished = not any(v.cut_unfinished for v in unfinished)
+        finished = started and not any(v.cut_unfinished for v in unfinished)
         keys = frozenset(v.key for v in vnodes)
         read = await self.storage.call_on(keys, functools.partial(_positions, self.engine, vnodes))
         for v, p in zip(vnodes, read):
@@ -288,6 +306,40 @@ class ReplicaFetcher:
             return None
         return self.engine.truncate_vnode(v.db, v.vgroup, to, high_watermark=v.high_watermark)
 
+    def _start_at(self, v: FollowedVnode, version: int) -> None:
+        """An exclusive call: ``v``'s copy emptied and started at ``version`` while it is still followed as ``v``
+        (:meth:`Engine.start_vnode_at <walgate.storage.engine.Engine.start_vnode_at>`), its new WAL's visible
+        version the high watermark it learns, from ``version`` (Kafka's ``truncateFullyAndStartAt`` sets the high
+        watermark to the new log end)."""
+        if self.followed.get(v.key) is not v:
+            return
+        vnode = self.engine.start_vnode_at(v.db, v.vgroup, version)
+        v.high_watermark = version
+        vnode.wal.replication = functools.partial(followed_hw, v)
+
+    async def _start_copy(self, v: FollowedVnode) -> None:
+        """Empty ``v``'s copy and start it at :attr:`FollowedVnode.start_at` (the module docstring); a refusal is kept
+        as its error (tried again after ``backoff_s``), an SQL vgroup's stops its fetching (logged at ERROR)."""
+        assert v.start_at is not None
+        try:
+            await self.storage.call(self._start_at, v, v.start_at)
+        except Unsupported as e:
+            v.stopped = f"{e}: a copy of the leader's meta store would be needed, which is not built"
+            log.error("vnode %d of database %s is no longer fetched from node %d: %s", v.vgroup, v.db, self.source,
+                      v.stopped)
+            return
+        except (StorageError, OSError) as e:
+            log.warning("vnode %d of database %s: its copy could not start at the leader's log start, version %d: "
+                        "%s", v.vgroup, v.db, v.start_at, e)
+            self._settle(v, ErrorCode.kafka_storage_error)
+            return
+        except ValueError:
+            pass  # (its copy reaches the log start by now: fetched from its end)
+        log.warning("vnode %d of database %s: its copy ended below node %d's log start: emptied, it starts at version %d",
+                    v.vgroup, v.db, self.source, v.start_at)
+        v.start_at = None
+        self._settle(v, ErrorCode.none)
+
     async def _cut_to_high_watermark(self, v: FollowedVnode) -> None:
         """Cut ``v``'s WAL, whose entries no leader epoch is known for (its epoch file damaged, unreadable or missing
         at open), back to the high watermark it knows, as Kafka's fetcher truncates a partition without epochs
@@ -312,11 +364,8 @@ class ReplicaFetcher:
         """Apply one vnode's answer (the module docstring); the error to keep."""
         code = int(answer.error_code)
         if code == ErrorCode.offset_out_of_range and p.fetch_version < answer.log_start_version:
-            v.stopped = (f"its WAL ends at version {p.fetch_version}, below the leader's log start "
-                         f"{answer.log_start_version}: a full copy of the leader's vnode is needed, which is not built")
-            log.error("vnode %d of database %s is no longer fetched from node %d: %s", v.vgroup, v.db, self.source,
-                      v.stopped)
-            return code
+            v.start_at = int(answer.log_start_version)  # (started before the next fetch: fetch_once)
+            return ErrorCode.none
         if code != ErrorCode.none:
             return code
         try:

@@ -69,7 +69,7 @@ from walgate.cluster.partition_codec import PartitionId
 from walgate.cluster.partition_states import PartitionStates
 from walgate.gateway.kafka.node_links import NodeLinks
 from walgate.gateway.purgatory import Purgatory
-from walgate.gateway.replica_fetcher import FollowedVnode, ReplicaFetcher, finish_cut
+from walgate.gateway.replica_fetcher import FollowedVnode, ReplicaFetcher, finish_cut, followed_hw
 from walgate.gateway.replication_traffic import ReplicationTraffic
 from walgate.gateway.storage_thread import StorageThread
 from walgate.replication.leader import LeaderView
@@ -96,10 +96,6 @@ def monotonic_ms() -> int:
 
 def _fixed(version: int, _end: int, _durable: int) -> int:
     return version
-
-
-def _learned(vnode: FollowedVnode, _end: int, _durable: int) -> int:
-    return vnode.high_watermark
 
 
 def _database_named(engine: Engine, db_id: str) -> str | None:
@@ -513,7 +509,7 @@ class ReplicaManager:
         followed = self.engine.store.local_vnode(*key)
         wal = followed.wal
         hw = min(_baseline(followed), wal.next_version)
-        wal.replication = functools.partial(_learned, vnode)
+        wal.replication = functools.partial(followed_hw, vnode)
         _step_down(wal)
         return hw, wal.held is not None
 

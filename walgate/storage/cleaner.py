@@ -611,6 +611,14 @@ class Cleaner:
             self._dirty[vnode.dir] = point
         return point
 
+    def forget(self, vnode: Vnode) -> None:
+        """``vnode`` is closed for good (its files deleted; a copy opened again in its directory is another WAL): a pass
+        on it ends, and its points are forgotten (read again from the new copy's checkpoint, if any)."""
+        if self._pass is not None and self._pass.vnode is vnode:
+            self._drop(self._pass)
+        for points in (self._dirty, self._blocked, self._horizons):
+            points.pop(vnode.dir, None)
+
     def truncated(self, vnode: Vnode, version: int) -> None:
         """``vnode``'s WAL was cut back to ``version`` (:mod:`walgate.storage.truncation`): a pass on it ends where it
         is (the segments it read are cut), and the dirty point is moved back to ``version`` at most (the versions

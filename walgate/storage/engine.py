@@ -69,6 +69,7 @@ from walgate.storage.topics_snapshot import TopicsSnapshot
 from walgate.storage.truncation import truncate_vnode
 from walgate.storage.users import Users
 from walgate.storage.users_key import USERS_KEY, load_users_key
+from walgate.storage.vnode import Vnode
 from walgate.storage.wal import PendingSync
 from walgate.storage.write_plan import PreparedWrite, WriteRequest, WriteSnapshot
 
@@ -514,16 +515,63 @@ class Engine:
         vnode = next((v for v in vnodes if v.index == index), None)
         if db is None or vnode is None or index in self.store.placed_here(db):
             return False
-        for topic in [t.name for t in self.catalog.topics.values() if t.db == db_name]:
-            self.store.producers.pop((topic, index), None)
-            idx = self.store.indexes.pop((topic, index), None)
-            if idx is not None:
-                idx.close()
         vnodes.remove(vnode)
-        vnode.close()
-        self._meta_checks = [c for c in self._meta_checks if c.vnode is not vnode]
+        self._close_vnode(vnode)
         delete_vnode_dir(vnode.dir, self.syncs)
         return True
+
+    def start_vnode_at(self, db_name: str, index: int, version: int) -> Vnode:
+        """Kafka's ``UnifiedLog.truncateFullyAndStartAt`` for a follower whose copy of Kafka-native partition
+        ``index`` (of topic database ``db_name``) ends below its leader's log start ``version`` (retention or
+        DeleteRecords removed what it lacks, KIP-107): the copy is emptied and starts at WAL version ``version``:
+        closed, its topic's offset index and producer state forgotten, its files deleted in the crash-safe order of
+        :mod:`walgate.storage.moved_vnodes` and opened again empty, its WAL's first segment made at ``version``; the
+        new vnode (its offset index numbers on from the base offset of the first batch it is given, its epoch cache
+        from the epoch of the first entries, its producer state from their batches). An exclusive call. Its WAL's
+        replication wiring is the caller's (a new :class:`~walgate.storage.wal.Wal`).
+
+        Raises Unsupported, nothing done, for an SQL vgroup (its tables and its TDengine topics' offsets below
+        ``version`` are not in the leader's WAL: that needs a copy of its meta store), ValueError when the copy ends
+        at or past ``version``; OSError when the disk refuses the delete or the new files: the vnode is then left
+        closed (not open here) and a call again, or the next start (which opens it as the disk holds it), goes on.
+        """
+        db = self.catalog.database(db_name)
+        topics = [t for t in self.catalog.topics.values() if t.db == db_name]
+        if not topics or any(t.kind != "kafka" for t in topics):
+            raise Unsupported(f"vnode {index} of database {db_name}: an SQL vgroup's copy cannot start at the leader's "
+                              f"log start (version {version}): its tables and topic offsets below it are not in the "
+                              "leader's WAL")
+        vnodes = self.vnodes[db_name]
+        vnode = next((v for v in vnodes if v.index == index), None)
+        if vnode is not None:
+            if vnode.wal.next_version >= version:
+                raise ValueError(f"vnode {index} of database {db_name} ends at version {vnode.wal.next_version}, "
+                                 f"not below {version}")
+            vnodes.remove(vnode)
+            self._close_vnode(vnode)
+        directory = self.store.db_dir(db) / f"vnode{index}"
+        delete_vnode_dir(directory, self.syncs)
+        new = self.store.open_database(db, indices=[index], first_version=version)[0]
+        vnodes.append(new)
+        vnodes.sort(key=lambda v: v.index)
+        for topic in topics:
+            self.views.open_partition(topic, new)
+            self.native.rebuild_producers(topic, new)
+        return new
+
+    def _close_vnode(self, vnode: Vnode) -> None:
+        """Close ``vnode`` (removed from the open vnodes by the caller) and forget what is derived from it in memory:
+        its topics' offset indexes and producer state, the cleaner's points, its cached batches, its meta checks."""
+        topics = [t.name for t in self.catalog.topics.values() if t.db == vnode.db.name]
+        for topic in topics:
+            self.store.producers.pop((topic, vnode.index), None)
+            idx = self.store.indexes.pop((topic, vnode.index), None)
+            if idx is not None:
+                idx.close()
+        self.cleaner.forget(vnode)
+        self.batch_cache.forget_from({self.views.topic_id(t) for t in topics}, vnode.index, 0)
+        vnode.close()
+        self._meta_checks = [c for c in self._meta_checks if c.vnode is not vnode]
 
     def set_dnodes(self, dnodes: tuple[Dnode, ...], live: Mapping[int, str | None] | None = None) -> None:
         """The cluster's nodes as this node knows them (``SHOW DNODES``) and, in cluster mode, the live ones (id ->

@@ -159,9 +159,10 @@ class Store:
         return datadir.db_dir(self.data_dir, db.id)
 
     def open_database(self, db: DatabaseDef, commit: Callable[[], object] | None = None, first: int = 0, *,
-                      whole_stores: bool = True, indices: Collection[int] | None = None) -> list[Vnode]:
+                      whole_stores: bool = True, indices: Collection[int] | None = None,
+                      first_version: int = 0) -> list[Vnode]:
         """Open the vnodes ``first ..`` of ``db`` placed here (``indices``: those alone, a replica move's, created
-        empty). New vnodes (a new database, new partitions) are created *before* ``commit`` (their catalog record)
+        empty; ``first_version``: the WAL version new vnodes' WALs start at). New vnodes (a new database, new partitions) are created *before* ``commit`` (their catalog record)
         runs: when either fails, the new directories are removed and nothing is kept (:class:`StorageUnavailable`,
         or the catalog's error). Without ``whole_stores``, the meta stores' checks that read all of them are the
         caller's (:meth:`Vnode.open <walgate.storage.vnode.Vnode.open>`). A whole database of the cluster's catalog
@@ -178,7 +179,7 @@ class Store:
         try:
             for i in self.placed_here(db, first) if indices is None else indices:
                 vnodes.append(Vnode.open(db, i, self.db_dir(db) / f"vnode{i}", self.damage_log, self.unsynced,
-                                         self.clock, self.files, self.syncs, whole_stores))
+                                         self.clock, self.files, self.syncs, whole_stores, first_version))
                 vnodes[-1].wal.appended = functools.partial(self.listener.vnode_appended, db.name, i)
             if commit is not None:
                 commit()

@@ -165,15 +165,16 @@ class Vnode:
     @classmethod
     def open(cls, db: DatabaseDef, index: int, directory: Path, damage: DamageLog | None = None,
              unsynced: Unsynced | None = None, clock: Clock = SYSTEM_CLOCK, files: FileCache | None = None,
-             syncs: SyncLatency | None = None, whole_store: bool = True) -> Vnode:
+             syncs: SyncLatency | None = None, whole_store: bool = True, first_version: int = 0) -> Vnode:
         """Open (creating if needed) vnode ``index`` of ``db``; with ``unsynced``, its WAL (at level 2, period 0)
         leaves its fsyncs to group commit (:mod:`walgate.storage.durability`); its WAL ages segments and times fsync
         periods by ``clock``; its files are opened through ``files`` (the engine's cache) and its fsyncs timed into
         ``syncs`` (the engine's). Without ``whole_store``, the meta store's checks that read all of it are the
-        caller's (:func:`~walgate.storage.meta_store.check` of :attr:`store`, then :meth:`rebuild_store`)."""
+        caller's (:func:`~walgate.storage.meta_store.check` of :attr:`store`, then :meth:`rebuild_store`). A WAL
+        with no segment yet starts at ``first_version``."""
         directory.mkdir(parents=True, exist_ok=True)
-        wal = Wal.open(directory / "wal", wal_options(db), damage=damage, unsynced=unsynced, owner=(db.name, index),
-                       clock=clock, files=files, syncs=syncs)
+        wal = Wal.open(directory / "wal", wal_options(db), first_version=first_version, damage=damage,
+                       unsynced=unsynced, owner=(db.name, index), clock=clock, files=files, syncs=syncs)
         vnode = cls(db, index, directory, wal, damage, whole_store)
         vnode._catch_up()
         return vnode
