@@ -1,11 +1,13 @@
 """The catalog record stream against a real etcd: order, resume from the last applied revision, compaction and
-trimming (the snapshot), etcd restarts."""
+trimming (the snapshot), etcd restarts; a DDL's append never refused by the controller's own placement writes."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import aetcd
+from aetcd import transactions as tx
 from cluster_support import Node, eventually, try_append, within
 from etcd_cluster import EtcdCluster
 
@@ -109,3 +111,40 @@ async def test_the_watch_resumes_across_etcd_restarts(etcd1: EtcdCluster, tmp_pa
     finally:
         await ctl.close()
         await node.close()
+
+
+async def test_the_controllers_own_placement_writes_never_refuse_an_append(etcd1: EtcdCluster, tmp_path: Path) -> None:
+    """The controller's ``place_vgroup`` writes move ``catalog/seq`` too (walgate.cluster.partition_states): one made
+    after every read of the sequence number by an append (here: as soon as the append read it) waits for the append's
+    transaction (``ControllerElection.catalog_appends``), so the append is never refused; without the lock both of its
+    attempts were (ControlPlaneError: checked)."""
+    ctl = await _controller(etcd1, tmp_path)
+    try:
+        read = asyncio.Event()
+        session_get = ctl.session.get
+
+        async def get(key: bytes) -> object:
+            kv = await session_get(key)
+            if key == ctl.log.keys.seq:
+                read.set()
+                await asyncio.sleep(0.05)  # the placement write's chance to run between the read and the compare
+            return kv
+
+        async def placement_writes() -> None:
+            for _ in range(2):
+                await read.wait()
+                read.clear()
+                async with ctl.election.catalog_appends:  # as Reconciler's transaction with placement records
+                    kv = await session_get(ctl.log.keys.seq)
+                    seq = int(kv.value) if kv is not None else 0
+                    ok, _ = await ctl.election.fenced_txn([], [tx.Put(ctl.log.keys.seq, str(seq + 1).encode()),
+                                                              tx.Put(ctl.log.keys.record(seq + 1), b"placed")])
+                    assert ok
+
+        ctl.session.get = get  # type: ignore[method-assign]
+        writer = asyncio.create_task(placement_writes())
+        assert await within(ctl.log.append([b"ddl"])) == 1
+        assert await within(ctl.log.append([b"ddl2"])) == 3
+        await within(writer)
+    finally:
+        await ctl.close()

@@ -37,6 +37,12 @@ class ControllerElection:
         self.epoch: int | None = None
         self.key: bytes | None = None
         self._changed = asyncio.Event()
+        self.catalog_appends = asyncio.Lock()
+        """Held by each of this node's writers of ``catalog/seq`` (the DDL's :class:`~walgate.cluster.records.RecordLog`
+        from its read of the sequence number to its transaction, the controller's ``place_vgroup`` records around their
+        transaction), so that neither changes the number between the other's read and compare: a DDL's append is never
+        refused by the controller's own placement write (the controller's, written from an older read, is refused and
+        made again at its next pass)."""
 
     def _set(self, epoch: int | None) -> None:
         if epoch != self.epoch:

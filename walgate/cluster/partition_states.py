@@ -16,6 +16,7 @@ writers never overwrite each other:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
@@ -382,10 +383,11 @@ class Reconciler:
         for batch in batches(changes):
             keys = [partition_key(self.states.keys, pid) for pid in batch]
             placed, appended = self._placements(snapshot, changes, batch)
-            ok, _ = await self.election.fenced_txn(
-                [registrations_unchanged, *placed[:1],
-                 *(tx.Mod(k) == snapshot.states[pid].partition_epoch for k, pid in zip(keys, batch))],
-                [tx.Put(k, encode_state(changes[pid])) for k, pid in zip(keys, batch)] + placed[1:])
+            async with self.election.catalog_appends if placed else contextlib.nullcontext():
+                ok, _ = await self.election.fenced_txn(
+                    [registrations_unchanged, *placed[:1],
+                     *(tx.Mod(k) == snapshot.states[pid].partition_epoch for k, pid in zip(keys, batch))],
+                    [tx.Put(k, encode_state(changes[pid])) for k, pid in zip(keys, batch)] + placed[1:])
             if not ok:
                 refused += len(batch)
                 continue

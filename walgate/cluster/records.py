@@ -66,12 +66,15 @@ class RecordLog:
     async def _append_batch(self, batch: list[bytes], also: Callable[[int], list[Any]] | None,
                             when: list[Any]) -> int:
         for _ in range(2):
-            epoch = self.election.epoch
-            kv = await self.session.get(self.keys.seq)
-            seq, mod = (int(kv.value), kv.mod_revision) if kv is not None else (0, 0)
-            ops = [tx.Put(self.keys.seq, str(seq + len(batch)).encode()), *(also(seq + len(batch)) if also else [])]
-            ops += [tx.Put(self.keys.record(seq + 1 + i), encode_record(epoch or 0, p)) for i, p in enumerate(batch)]
-            ok, _ = await self.election.fenced_txn([tx.Mod(self.keys.seq) == mod, *when], ops)
+            async with self.election.catalog_appends:  # (the controller's own placement writes wait: ControllerElection)
+                epoch = self.election.epoch
+                kv = await self.session.get(self.keys.seq)
+                seq, mod = (int(kv.value), kv.mod_revision) if kv is not None else (0, 0)
+                ops = [tx.Put(self.keys.seq, str(seq + len(batch)).encode()),
+                       *(also(seq + len(batch)) if also else [])]
+                ops += [tx.Put(self.keys.record(seq + 1 + i), encode_record(epoch or 0, p))
+                        for i, p in enumerate(batch)]
+                ok, _ = await self.election.fenced_txn([tx.Mod(self.keys.seq) == mod, *when], ops)
             if ok:
                 return seq + len(batch)
         raise ControlPlaneError("the catalog's sequence number changed under the controller twice (another writer"
