@@ -228,7 +228,8 @@ class ReplicaFetcher:
     async def fetch_once(self) -> bool:
         """One WalFetch of every vnode followed, not stopped and due (its retry time passed), its answers applied;
         whether every vnode's went well (no error). A vnode's copy to start at its leader's log start is started
-        first and its unfinished cut finished, the vnode left out while the disk refuses either. The leader unreachable (raised) delays each vnode the request held."""
+        first and its unfinished cut finished, the vnode left out while the disk refuses either. The leader
+        unreachable (raised) delays each vnode the request held."""
         now = asyncio.get_running_loop().time()
         vnodes = [v for v in self.followed.values() if v.stopped is None and v.retry_at <= now]
         if self.traffic is not None:  # the follower's replication throttle (KIP-73's shouldFollowerThrottle)
@@ -306,23 +307,28 @@ class ReplicaFetcher:
             return None
         return self.engine.truncate_vnode(v.db, v.vgroup, to, high_watermark=v.high_watermark)
 
-    def _start_at(self, v: FollowedVnode, version: int) -> None:
+    def _start_at(self, v: FollowedVnode, version: int) -> bool:
         """An exclusive call: ``v``'s copy emptied and started at ``version`` while it is still followed as ``v``
         (:meth:`Engine.start_vnode_at <walgate.storage.engine.Engine.start_vnode_at>`), its new WAL's visible
         version the high watermark it learns, from ``version`` (Kafka's ``truncateFullyAndStartAt`` sets the high
-        watermark to the new log end)."""
+        watermark to the new log end); whether it was (not: unfollowed meanwhile, or the copy reaches ``version``
+        by now)."""
         if self.followed.get(v.key) is not v:
-            return
-        vnode = self.engine.start_vnode_at(v.db, v.vgroup, version)
+            return False
+        try:
+            vnode = self.engine.start_vnode_at(v.db, v.vgroup, version)
+        except ValueError:
+            return False
         v.high_watermark = version
         vnode.wal.replication = functools.partial(followed_hw, v)
+        return True
 
     async def _start_copy(self, v: FollowedVnode) -> None:
         """Empty ``v``'s copy and start it at :attr:`FollowedVnode.start_at` (the module docstring); a refusal is kept
         as its error (tried again after ``backoff_s``), an SQL vgroup's stops its fetching (logged at ERROR)."""
         assert v.start_at is not None
         try:
-            await self.storage.call(self._start_at, v, v.start_at)
+            started = await self.storage.call(self._start_at, v, v.start_at)
         except Unsupported as e:
             v.stopped = f"{e}: a copy of the leader's meta store would be needed, which is not built"
             log.error("vnode %d of database %s is no longer fetched from node %d: %s", v.vgroup, v.db, self.source,
@@ -333,10 +339,9 @@ class ReplicaFetcher:
                         "%s", v.vgroup, v.db, v.start_at, e)
             self._settle(v, ErrorCode.kafka_storage_error)
             return
-        except ValueError:
-            pass  # (its copy reaches the log start by now: fetched from its end)
-        log.warning("vnode %d of database %s: its copy ended below node %d's log start: emptied, it starts at version %d",
-                    v.vgroup, v.db, self.source, v.start_at)
+        if started:
+            log.warning("vnode %d of database %s: its copy ended below node %d's log start: emptied, it starts at "
+                        "version %d", v.vgroup, v.db, self.source, v.start_at)
         v.start_at = None
         self._settle(v, ErrorCode.none)
 

@@ -162,8 +162,8 @@ class Store:
                       whole_stores: bool = True, indices: Collection[int] | None = None,
                       first_version: int = 0) -> list[Vnode]:
         """Open the vnodes ``first ..`` of ``db`` placed here (``indices``: those alone, a replica move's, created
-        empty; ``first_version``: the WAL version new vnodes' WALs start at). New vnodes (a new database, new partitions) are created *before* ``commit`` (their catalog record)
-        runs: when either fails, the new directories are removed and nothing is kept (:class:`StorageUnavailable`,
+        empty; ``first_version``: the WAL version new vnodes' WALs start at). New vnodes (a new database, new
+        partitions) are created *before* ``commit`` (their catalog record) runs: when either fails, the new directories are removed and nothing is kept (:class:`StorageUnavailable`,
         or the catalog's error). Without ``whole_stores``, the meta stores' checks that read all of them are the
         caller's (:meth:`Vnode.open <walgate.storage.vnode.Vnode.open>`). A whole database of the cluster's catalog
         opened without ``commit`` (a start, a record applied) first finishes the deletes of moved vnodes a crash
