@@ -288,11 +288,14 @@ class NativeTopics:
                 self._open_producers(topic, vnode)
 
     def delete_records(self, name: str, partition: int, offset: int) -> int:
-        """Move a partition's log start to *offset* (-1: the high watermark); the new log start."""
+        """Move a partition's log start to *offset* (-1: the high watermark), which may not pass the high watermark
+        (Kafka's OFFSET_OUT_OF_RANGE: records not committed yet are not deleted); the new log start."""
         _, _, idx = self.store.partition(name, partition)
-        target = idx.end_offset if offset == -1 else offset
-        if not 0 <= target <= idx.end_offset:
-            raise OffsetOutOfRange(f"offset {offset} is outside [0, {idx.end_offset}] of {name}-{partition}")
+        high_watermark = self.views.watermarks(name, partition)[1]
+        target = high_watermark if offset == -1 else offset
+        if not 0 <= target <= high_watermark:
+            raise OffsetOutOfRange(f"offset {offset} is outside [0, {high_watermark}] of {name}-{partition} (up to "
+                                   "its high watermark)")
         idx.advance_start(target)
         return idx.start_offset
 
