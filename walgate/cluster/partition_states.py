@@ -251,6 +251,11 @@ def _shutting_down(value: bytes) -> bool:
         return False
 
 
+def _placed(state: PartitionState) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+    """What a ``place_vgroup`` record says of ``state``: its replicas, and the replicas its move adds and removes."""
+    return state.replicas, state.adding, state.removing
+
+
 def _retrieved(task: asyncio.Task[Any]) -> None:
     """A finished task's outcome (a watch's, a catalog question's), taken so that asyncio does not report it as never
     retrieved."""
@@ -311,7 +316,9 @@ class Reconciler:
 
     **The catalog follows every replica change** (issue 26): a transaction writing a state whose ``replicas`` change
     (a move begun: the target followed by the removing replicas; completed: the target; cancelled: the original
-    replicas) also appends a ``place_vgroup`` catalog record of them per such state (:meth:`_placements`), so the
+    replicas) also appends a ``place_vgroup`` catalog record of them per such state (:meth:`_placements`; with the
+    move's adding and removing replicas while one is in progress, so that a state deleted mid-move is made again
+    with its move and its adding replicas out of the ISR: ``partition.initial_state``), so the
     catalog's placement and the state change at one revision: a node is placed on a vnode exactly while its state
     names it (adding nodes open it empty, removed nodes delete their copy: :mod:`walgate.gateway.replicas`). The
     append compares ``catalog/seq``'s value with the one the pass read; a record appended meanwhile by another
@@ -396,17 +403,17 @@ class Reconciler:
     def _placements(self, snapshot: Snapshot, writes: Mapping[PartitionId, PartitionState], batch: list[PartitionId]
                     ) -> tuple[list[Any], int]:
         """The catalog records a transaction writing ``batch`` of ``writes`` appends (the class docstring): [the
-        compare of ``catalog/seq``, its put, a ``place_vgroup`` record per state whose replicas change], and the
-        sequence number they reach; ([], the current one) when no replicas change."""
+        compare of ``catalog/seq``, its put, a ``place_vgroup`` record per state whose replicas, or move's adding or
+        removing replicas, change], and the sequence number they reach; ([], the current one) when none change."""
         keys = self.states.keys
         seq = self._seq[1] if self._seq[0] == snapshot.revision else snapshot.catalog_seq
-        moved = [pid for pid in batch if writes[pid].replicas != snapshot.states[pid].replicas]
+        moved = [pid for pid in batch if _placed(writes[pid]) != _placed(snapshot.states[pid])]
         if not moved:
             return [], seq
         epoch = self.election.epoch or 0
         compare = tx.Version(keys.seq) == 0 if seq == 0 else tx.Value(keys.seq) == str(seq).encode()
         records = [tx.Put(keys.record(seq + 1 + i), encode_record(epoch, json.dumps(
-            place_vgroup_record(pid.db_id, pid.vgroup, writes[pid].replicas), sort_keys=True).encode()))
+            place_vgroup_record(pid.db_id, pid.vgroup, *_placed(writes[pid])), sort_keys=True).encode()))
             for i, pid in enumerate(moved)]
         return [compare, tx.Put(keys.seq, str(seq + len(moved)).encode()), *records], seq + len(moved)
 

@@ -69,6 +69,7 @@ from walgate.cluster.placement import (
     place,
     place_vgroup_record,
 )
+from walgate.replication.partition import moves_valid
 from walgate.security.acl import AclBinding, AclSet
 from walgate.storage import acls, fileio, lines, quotas, resource_configs
 from walgate.storage.damage import DamageLog
@@ -163,6 +164,9 @@ class DatabaseDef:
     # the vgroups a replica move placed anew (``place_vgroup`` records, issue 26): vgroup -> the node ids holding it
     # now, in place of its entry of ``replicas``, which keeps the placement the database was made or grown with
     placed_anew: Mapping[int, Replicas] = field(default_factory=dict)
+    # the vgroups being moved (the latest ``place_vgroup`` record of each named a move, KIP-455): vgroup -> (the
+    # replicas the move adds, those it removes), both among the vgroup's replicas now (:meth:`replicas_of`)
+    moves: Mapping[int, tuple[Replicas, Replicas]] = field(default_factory=dict)
 
     @property
     def vgroups(self) -> int:
@@ -686,9 +690,10 @@ class Catalog:
                       for t in self.topics.values() if t.kind != "kafka" and self.is_cluster_db(t.db) == shared]
 
     def _placed_anew_records(self) -> list[dict[str, Any]]:
-        """The ``place_vgroup`` records of the vgroups replica moves placed anew (after their databases' records)."""
-        return [place_vgroup_record(d.id, vgroup, replicas) for d in self.databases.values()
-                for vgroup, replicas in sorted(d.placed_anew.items())]
+        """The ``place_vgroup`` records of the vgroups replica moves placed anew or are moving (after their
+        databases' records)."""
+        return [place_vgroup_record(d.id, vgroup, d.replicas_of(vgroup, self.node_id), *d.moves.get(vgroup, ((), ())))
+                for d in self.databases.values() for vgroup in sorted(d.placed_anew.keys() | d.moves.keys())]
 
     def _kafka_topic_records(self, placed: bool | None = None) -> list[dict[str, Any]]:
         """The Kafka-native topics' records; ``placed``: only those whose record places their partitions (True: the
@@ -861,18 +866,27 @@ class Catalog:
 
     def _place_anew(self, r: dict[str, Any]) -> None:
         """Apply a ``place_vgroup`` record: its vgroup of a placed database is held by its ``replicas`` from now on
-        (distinct node ids, at least the database's ``MIN_INSYNC``); the database's own placement when they are it."""
+        (distinct node ids, at least the database's ``MIN_INSYNC``); the database's own placement when they are it.
+        Its ``adding`` and ``removing`` (optional, both lists: a move in progress) must be a move of those replicas
+        (``partition.moves_valid``); a record without them ends the vgroup's move."""
         db_id, vgroup, raw = r.get("db_id"), _get(r, "vgroup", int), _get(r, "replicas", list)
+        adding, removing = r.get("adding", []), r.get("removing", [])
         db = next((d for d in self.databases.values() if d.id == db_id), None)
         if db is None or db.replicas is None or not 0 <= vgroup < db.vgroups:
             raise _Invalid(f"place_vgroup of vgroup {vgroup} of database id {db_id!r}: no such placed vgroup")
         if not raw or not all(_node_id(n) for n in raw) or len(set(raw)) != len(raw) or len(raw) < int(
                 db.options.get("MIN_INSYNC", 1)):
             raise _Invalid(f"'replicas' is {raw!r}: expected distinct node ids, at least MIN_INSYNC of them")
+        if not isinstance(adding, list) or not isinstance(removing, list) or not all(
+                _node_id(n) for n in adding + removing) or not moves_valid(tuple(raw), tuple(adding), tuple(removing)):
+            raise _Invalid(f"'adding' {adding!r} and 'removing' {removing!r}: not a move of replicas {raw!r}")
         placed = {**db.placed_anew, vgroup: tuple(raw)}
         if placed[vgroup] == db.replicas[vgroup]:
             del placed[vgroup]
-        self.databases[db.name] = replace(db, placed_anew=placed)
+        moves = {v: m for v, m in db.moves.items() if v != vgroup}
+        if adding or removing:
+            moves[vgroup] = (tuple(adding), tuple(removing))
+        self.databases[db.name] = replace(db, placed_anew=placed, moves=moves)
 
     def _stable_changed(self, db: str, r: dict[str, Any]) -> None:
         """Note the meta entry of ALTER/DROP STABLE record ``r`` of ``db`` in :attr:`stable_changes` when it is a
@@ -932,8 +946,9 @@ class Catalog:
         SQL database's ``MIN_INSYNC``; a Kafka-native topic's config, else the cluster-wide dynamic broker default
         (Kafka's ``min.insync.replicas`` broker config, which its controller reads; this node's own broker resource
         is not the cluster's), else ``min_isr_default`` (the controller's static setting), at most its replicas, as
-        Kafka's effective min ISR (``Partition.effectiveMinIsr``): the partition state holds no more) and the
-        topic's ``unclean.leader.election.enable`` (defaulted alike, else false)."""
+        Kafka's effective min ISR (``Partition.effectiveMinIsr``): the partition state holds no more), the
+        topic's ``unclean.leader.election.enable`` (defaulted alike, else false) and the move in progress, if any
+        (its adding and removing replicas, as its ``place_vgroup`` record named them)."""
         defaults = {"min.insync.replicas": str(min_isr_default),
                     **resource_configs.topic_defaults(self.resource_configs, "")}
         native = {t.db: {**defaults, **t.configs} for t in self.topics.values() if t.kind == "kafka"}
@@ -949,7 +964,8 @@ class Catalog:
                 unclean = configs.get("unclean.leader.election.enable", "false").strip().lower() == "true"
             for vgroup in range(db.vgroups):
                 replicas = db.replicas_of(vgroup, self.node_id)
-                out[PartitionId(db.id, vgroup)] = ReplicatedVnode(replicas, min(min_isr, len(replicas)), unclean)
+                out[PartitionId(db.id, vgroup)] = ReplicatedVnode(replicas, min(min_isr, len(replicas)), unclean,
+                                                                  *db.moves.get(vgroup, ((), ())))
         return out
 
     def placeable(self) -> Mapping[int, str | None]:
