@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -20,7 +19,7 @@ from test_partition_states import controller_and_one
 from walgate.cluster.elections import ElectionRequestDamaged, ask, decode_request, encode_request
 from walgate.cluster.etcd import tx
 from walgate.cluster.model import decode_record
-from walgate.cluster.partition_codec import PartitionId, ReplicatedVnode, partition_key
+from walgate.cluster.partition_codec import CatalogVnodes, PartitionId, ReplicatedVnode, partition_key
 from walgate.cluster.partition_states import PartitionStates, Reconciler
 from walgate.cluster.reassignments import ReassignmentRequest
 from walgate.replication.partition import AlterIsr, IsrMember, PartitionState
@@ -113,13 +112,13 @@ async def test_a_state_deleted_mid_move_is_made_again_with_the_move_and_its_addi
                            "created_ms": 0, "nodes": [1], "replicas": [[1, 2]]})
             pid = PartitionId(db_id, 0)
 
-            async def at(seq: int) -> Mapping[PartitionId, ReplicatedVnode]:
+            async def at(seq: int) -> CatalogVnodes:
                 _, kvs = await n1.session.get_prefix(KEYS.records)
                 for kv in sorted(kvs, key=lambda kv: int(kv.key[len(KEYS.records):])):
                     record_seq = int(kv.key[len(KEYS.records):])
                     if catalog.shared_seq < record_seq <= seq:
                         assert catalog.apply_shared(record_seq, json.loads(decode_record(kv.value)[1]))
-                return catalog.replicated_vnodes()
+                return catalog.controller_vnodes()
 
             view = PartitionStates(n1.session, KEYS)
             reconciler = Reconciler(view, n1.election, retry_delay=0.1, catalog=at)

@@ -30,7 +30,7 @@ from walgate.replication.partition import (
 
 __all__ = ["MAX_STATES_PER_TXN", "PartitionId", "PartitionStateDamaged", "partitions_prefix", "partition_key",
            "partition_id", "encode_state", "decode_state", "reconcile_all", "batches", "ReplicatedVnode",
-           "missing_states", "reconfigured_states"]
+           "CatalogVnodes", "unwanted_states", "missing_states", "reconfigured_states"]
 
 MAX_STATES_PER_TXN = 60
 """States one controller transaction writes or creates: a compare and a put each. etcd (``--max-txn-ops``, 128 by
@@ -151,6 +151,24 @@ class ReplicatedVnode:
     unclean_election: bool = False
     adding: tuple[int, ...] = ()
     removing: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class CatalogVnodes:
+    """What a node's catalog tells the controller of the partition states to make and delete: ``vnodes``, the
+    replicated vnodes (each gets a state when it has none), and ``unjudged``, the ids of the cluster's databases this
+    catalog passes over (a database of the node's own holds the name: "A single node's data dir into a cluster"),
+    whose states it neither makes nor deletes (:func:`unwanted_states`): it cannot tell them from a dropped
+    database's, and another controller, or this one once it holds them, judges them."""
+
+    vnodes: Mapping[PartitionId, ReplicatedVnode]
+    unjudged: frozenset[str] = frozenset()
+
+
+def unwanted_states(catalog: CatalogVnodes, present: Collection[PartitionId]) -> list[PartitionId]:
+    """The vnodes of ``present`` (every ``partitions/`` key read, damaged ones included) whose state the controller
+    deletes: those of a database the catalog does not hold (dropped), none of an ``unjudged`` database's."""
+    return sorted(pid for pid in present if pid not in catalog.vnodes and pid.db_id not in catalog.unjudged)
 
 
 def missing_states(catalog: Mapping[PartitionId, ReplicatedVnode], present: Collection[PartitionId],

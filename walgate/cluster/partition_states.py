@@ -38,9 +38,9 @@ from walgate.cluster.model import (
 )
 from walgate.cluster.partition_codec import (
     MAX_STATES_PER_TXN,
+    CatalogVnodes,
     PartitionId,
     PartitionStateDamaged,
-    ReplicatedVnode,
     batches,
     decode_state,
     encode_state,
@@ -50,6 +50,7 @@ from walgate.cluster.partition_codec import (
     partitions_prefix,
     reconcile_all,
     reconfigured_states,
+    unwanted_states,
 )
 from walgate.cluster.placement import place_vgroup_record
 from walgate.cluster.reassignments import ReassignmentRequest
@@ -287,7 +288,9 @@ class Reconciler:
     registrations unchanged since the read, as the other writes; a vnode whose catalog entry makes no valid state
     is reported at ERROR on every pass, and the others are created. A state (a damaged one included) of a vnode the
     catalog does not hold (its database dropped) is deleted, in fenced transactions of at most 60, each key compared
-    unchanged since the read. ``catalog(seq)`` is awaited once per pass, after the read: the catalog's replicated
+    unchanged since the read; never one of a cluster database this node's catalog passes over because a database of
+    the node's own holds the name (:class:`~walgate.cluster.partition_codec.CatalogVnodes`: ``unjudged``).
+    ``catalog(seq)`` is awaited once per pass, after the read: the catalog's replicated
     vnodes once this node applied at least record ``seq`` of the catalog stream, the last one appended at the read's
     revision (:meth:`snapshot` reads ``catalog/seq`` in its transaction), so a database dropped, or made, before the
     read is never judged from an older catalog (a racing DROP DATABASE leaves no state behind, KIP-631's controller
@@ -325,7 +328,7 @@ class Reconciler:
     writer refuses the whole transaction, written again by the next pass."""
 
     def __init__(self, states: PartitionStates, election: ControllerElection, retry_delay: float = 0.5,
-                 catalog: Callable[[int], Awaitable[Mapping[PartitionId, ReplicatedVnode]]] | None = None,
+                 catalog: Callable[[int], Awaitable[CatalogVnodes]] | None = None,
                  catalog_wait_s: float = 2.0, rebalance_every: tuple[float, int] | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.states = states
@@ -337,7 +340,7 @@ class Reconciler:
         self.election = election
         self.retry_delay = retry_delay
         self.catalog = catalog
-        self._asked: tuple[int, asyncio.Task[Mapping[PartitionId, ReplicatedVnode]]] | None = None  # seq, catalog(seq)
+        self._asked: tuple[int, asyncio.Task[CatalogVnodes]] | None = None  # seq, catalog(seq)
         self._warned = -1  # the last seq a WARNING named
         self.passes = 0
         self.written = 0
@@ -568,20 +571,20 @@ class Reconciler:
                 refused += await self.rebalance(snapshot, touched)
         wanted = await self._wanted(snapshot.catalog_seq)
         if wanted is not None:  # (a state just elected is refused its delete, as it changed: the next pass deletes it)
-            refused += await self.delete(snapshot, [pid for pid in snapshot.present if pid not in wanted])
-            creations, unbuildable = missing_states(wanted, snapshot.present, snapshot.live)
+            refused += await self.delete(snapshot, unwanted_states(wanted, snapshot.present))
+            creations, unbuildable = missing_states(wanted.vnodes, snapshot.present, snapshot.live)
             for pid, why in unbuildable.items():
                 log.error("controller: %s/%d has no partition state and none can be built from its catalog entry: "
                           "%s", pid.db_id, pid.vgroup, why)
             refused += await self.create(snapshot, creations)
-            reconfigured = reconfigured_states(wanted, {p: s for p, s in snapshot.states.items() if p not in touched})
+            reconfigured = reconfigured_states(wanted.vnodes, {p: s for p, s in snapshot.states.items() if p not in touched})
             refused += await self.write(snapshot, reconfigured)
         if refused:
             log.info("controller: %d partition states changed during reconciliation; reading again", refused)
             return 0
         return snapshot.revision
 
-    async def _wanted(self, seq: int) -> Mapping[PartitionId, ReplicatedVnode] | None:
+    async def _wanted(self, seq: int) -> CatalogVnodes | None:
         """The catalog's replicated vnodes as of record ``seq`` or later; None without ``catalog``, or when this
         node's catalog does not reach ``seq`` within ``catalog_wait_s`` (this pass creates and deletes nothing from a
         catalog it may not have caught up with; the question stays asked, :meth:`_wait_change` wakes at its

@@ -60,7 +60,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from walgate.cluster.partition_codec import PartitionId, ReplicatedVnode
+from walgate.cluster.partition_codec import CatalogVnodes, PartitionId, ReplicatedVnode
 from walgate.cluster.placement import (
     PLACE_VGROUP_OP,
     InvalidReplicationFactor,
@@ -145,6 +145,7 @@ STABLE_METAS_OP = "stable_metas"
 in this node's vnodes (``next``: vnode index -> the WAL version it is appended at), written before them
 (walgate.storage.sql_objects)."""
 _SEQ_OP = "cluster_seq"  # {"op": "cluster_seq", "seq": N}: shared records up to N applied (a rewrite, a skipped one)
+# (with "shadowed": {name: db id}, the new Catalog.shadowed, when a skipped record or a rewrite sets it)
 _NOT_MIXED = ("a change of the cluster's databases, supertables or topics goes through the cluster alone: not in the"
               " same call as a change of this node's own catalog")
 REPAIR_HINT = "stop the server and run walgate repair --data-dir DIR to bring back what it held (docs/data-dir.md)"
@@ -375,6 +376,7 @@ class _State:
     shared_seq: int
     stable_metas: dict[str, Any] | None
     stable_changes: dict[str, tuple[tuple[int, dict[str, Any]], ...]]
+    shadowed: dict[str, str]
 
 
 @dataclass
@@ -441,6 +443,10 @@ class Catalog:
     stable_metas: dict[str, Any] | None = None
     # cluster mode, by replicated database: (seq, meta entry) of each ALTER/DROP STABLE record applied (STABLE_CHANGES_OP)
     stable_changes: dict[str, tuple[tuple[int, dict[str, Any]], ...]] = field(default_factory=dict)
+    # cluster mode: the cluster's databases whose records are passed over here because a database of this node's own
+    # holds the name (name -> the cluster database's id), until the cluster drops it: the controller never takes
+    # their partition states for a dropped database's (:meth:`controller_vnodes`)
+    shadowed: dict[str, str] = field(default_factory=dict)
     _changes: int = 0  # +1 per record applied and per restore: with the dicts' identities and sizes, _taken's key
     _taken_cache: _Taken | None = None
 
@@ -498,7 +504,7 @@ class Catalog:
         """What a failed or staged change is undone to (every collection is replaced, never changed in place)."""
         return _State(dict(self.databases), dict(self.stables), dict(self.topics), dict(self.client_quotas),
                       dict(self.users), self.acls.current, dict(self.resource_configs), self.shared_seq,
-                      self.stable_metas, self.stable_changes)
+                      self.stable_metas, self.stable_changes, dict(self.shadowed))
 
     def _restore(self, state: _State, *, shared_only: bool = False) -> None:
         """Back to ``state``; ``shared_only``: only its shared parts (a staged call's changes of the node's own
@@ -508,7 +514,7 @@ class Catalog:
         self._changes += 1
         self.client_quotas, self.users, self.acls.current = state.client_quotas, state.users, state.acls
         self.resource_configs, self.shared_seq = state.resource_configs, state.shared_seq
-        self.stable_metas, self.stable_changes = state.stable_metas, state.stable_changes
+        self.stable_metas, self.stable_changes, self.shadowed = state.stable_metas, state.stable_changes, state.shadowed
 
     def _commit(self, record: dict[str, Any]) -> None:
         """Apply one change and persist it (fsynced before returning); nothing changes when the write fails. In
@@ -613,8 +619,27 @@ class Catalog:
             self._commit({**record, "seq": seq})
         except InvalidValue as exc:
             log.error("%s: cluster catalog record %d passed over: %s", self.path, seq, exc)
-            self._commit({"op": _SEQ_OP, "seq": seq})
+            shadowed = self._shadowed_after(record)
+            self._commit({"op": _SEQ_OP, "seq": seq, **({} if shadowed == self.shadowed else {"shadowed": shadowed})})
         return True
+
+    def _shadowed_after(self, record: dict[str, Any]) -> dict[str, str]:
+        """:attr:`shadowed` once ``record``, a cluster record passed over, is: with the database a ``create_db``
+        places (its name a database of this node's own holds), without the one a ``drop_db`` names."""
+        name, op = record.get("name"), record.get("op")
+        if op == "create_db" and "nodes" in record and isinstance(name, str) and is_db_id(record.get("id")) and (
+                name in self.databases and not self.is_cluster_db(name)):
+            return {**self.shadowed, name: record["id"]}
+        if op == "drop_db" and name in self.shadowed and not self.is_cluster_db(name):
+            return {k: v for k, v in self.shadowed.items() if k != name}
+        return self.shadowed
+
+    def _shadowed_record(self, record: dict[str, Any]) -> bool:
+        """Whether a snapshot's ``record`` is of a database :attr:`shadowed` (its ``create_db``, supertables, TDengine
+        topics, ALTER/DROP STABLE entries and ``place_vgroup`` records), passed over as the stream's are."""
+        name = record.get("name") if record.get("op") == "create_db" else record.get("db")
+        return (name in self.shadowed and not self.is_cluster_db(name)) or (
+            record.get("op") == PLACE_VGROUP_OP and record.get("db_id") in self.shadowed.values())
 
     def single_node_objects(self) -> list[str]:
         """What this data dir holds as a single node, named for a person ("database power", "topic orders", "users: 2"):
@@ -709,6 +734,7 @@ class Catalog:
         self.client_quotas, self.users, self.acls.current, self.resource_configs = {}, {}, AclSet(), {}
         if self.cluster:  # the cluster's databases and topics are the snapshot's (a single node's old ones stay)
             placed = {d.name for d in self.databases.values() if d.nodes is not None}
+            self.shadowed = {}
             self.databases = {k: v for k, v in self.databases.items() if k not in placed}
             self.stables = {k: v for k, v in self.stables.items() if k[0] not in placed}
             self.topics = {k: v for k, v in self.topics.items() if v.db not in placed}
@@ -718,7 +744,9 @@ class Catalog:
                 if not isinstance(record, dict) or not (record.get("op") in SHARED_OPS
                                                         or (self.cluster and record.get("op") in _SNAPSHOT_OPS)):
                     raise _Invalid(f"not a shared catalog record: {str(record)[:200]}")
-                self.apply(record)
+                self.shadowed = self._shadowed_after(record) if record.get("op") == "create_db" else self.shadowed
+                if not self._shadowed_record(record):
+                    self.apply(record)
             self.shared_seq = seq
             self.rewrite()
         except (_Invalid, KeyError, TypeError, ValueError, AttributeError) as exc:
@@ -739,7 +767,8 @@ class Catalog:
         out[:0] = self._kafka_topic_records(placed=False if self.cluster else None)
         out += self.shared_records()
         out += [] if self.stable_metas is None else [self.stable_metas]
-        return out + ([{"op": _SEQ_OP, "seq": self.shared_seq}] if self.shared_seq else [])
+        shadowed = {"shadowed": self.shadowed} if self.shadowed else {}
+        return out + ([{"op": _SEQ_OP, "seq": self.shared_seq, **shadowed}] if self.shared_seq else [])
 
     def rewrite(self) -> None:
         """Replace the file by the records of the current state (atomically: the old file or the new one)."""
@@ -841,8 +870,11 @@ class Catalog:
             kept.partitions += database.vgroups
         elif op == PLACE_VGROUP_OP:
             self._place_anew(r)
-        elif op == _SEQ_OP:
-            pass  # only its sequence number (below)
+        elif op == _SEQ_OP:  # its sequence number (below), and the databases shadowed when it says
+            shadowed = r.get("shadowed", self.shadowed)
+            if not isinstance(shadowed, dict) or not all(isinstance(k, str) and is_db_id(v) for k, v in shadowed.items()):
+                raise _Invalid(f"'shadowed' is {shadowed!r}: expected database names and ids")
+            self.shadowed = dict(shadowed)
         elif op == STABLE_METAS_OP:
             _get(r, "of", int), _get(r, "db", str), _get(r, "meta", dict)
             if not all(k.isdigit() and isinstance(v, int) for k, v in _get(r, "next", dict).items()):
@@ -967,6 +999,11 @@ class Catalog:
                 out[PartitionId(db.id, vgroup)] = ReplicatedVnode(replicas, min(min_isr, len(replicas)), unclean,
                                                                   *db.moves.get(vgroup, ((), ())))
         return out
+
+    def controller_vnodes(self, min_isr_default: int = 1) -> CatalogVnodes:
+        """What the controller makes and deletes partition states from: :meth:`replicated_vnodes`, and the ids of
+        the cluster's databases :attr:`shadowed` here, whose states it leaves alone."""
+        return CatalogVnodes(self.replicated_vnodes(min_isr_default), frozenset(self.shadowed.values()))
 
     def placeable(self) -> Mapping[int, str | None]:
         """The nodes (id -> ``broker.rack``) new vgroups may be placed on or manually assigned to: the live nodes in
