@@ -68,17 +68,8 @@ async def test_a_move_asked_of_another_node_is_written_then_completed_by_the_con
         assert back is not None and (back.replicas, back.moving, back.leader) == ((1,), False, 1)
 
         # the leader (node 1) admits node 2, caught up, to the ISR: the controller completes the move
-        admitted = await view.alter_isr(moving, moved, AlterIsr(1, 0, moving.partition_epoch,
-                                                                 (IsrMember(1, e1), IsrMember(2, e2)), e1), live)
-        assert admitted.error is None
-
-        async def completed() -> bool:
-            state = await view.read(moved)
-            return state is not None and not state.moving
-
-        await eventually("the move completed", completed, timeout=10)
-        done = await view.read(moved)
-        assert done is not None
+        done = await _admitted_then_completed(view, moving, moved, AlterIsr(
+            1, 0, moving.partition_epoch, (IsrMember(1, e1), IsrMember(2, e2)), e1), live)
         assert (done.replicas, done.isr, done.leader, done.leader_epoch) == ((2,), (IsrMember(2, e2),), 2, 1)
         assert reconciler.moves_completed == 1
         assert (await n2.session.get_prefix(KEYS.root + b"elections/"))[1] == []
@@ -145,17 +136,9 @@ async def test_a_state_deleted_mid_move_is_made_again_with_the_move_and_its_addi
             assert (again.isr_ids, again.leader) == ({1, 2}, 2)
             e1, e2, e3 = (n.registration.epoch or 0 for n in (n1, n2, n3))
             live = {1: e1, 2: e2, 3: e3}
-            admitted = await view.alter_isr(again, pid, AlterIsr(2, again.leader_epoch, again.partition_epoch,
-                                                                 (*again.isr, IsrMember(3, e3)), e2), live)
-            assert admitted.error is None
-
-            async def completed() -> bool:
-                state = await view.read(pid)
-                return state is not None and not state.moving
-
-            await eventually("the move completed", completed, timeout=10)
-            done = await view.read(pid)
-            assert done is not None and (done.replicas, done.leader) == ((3, 2), 2)
+            done = await _admitted_then_completed(view, again, pid, AlterIsr(
+                2, again.leader_epoch, again.partition_epoch, (*again.isr, IsrMember(3, e3)), e2), live)
+            assert (done.replicas, done.leader) == ((3, 2), 2)
             await eventually("the catalog has the move completed", lambda: _placed(catalog, pid, (3, 2)))
         finally:
             await n3.close()
@@ -171,3 +154,19 @@ async def _created(reconciler: Reconciler, count: int) -> bool:
 
 async def _placed(catalog: Catalog, pid: PartitionId, replicas: tuple[int, ...]) -> bool:
     return catalog.replicated_vnodes()[pid] == ReplicatedVnode(replicas, 1)
+
+
+async def _admitted_then_completed(view: PartitionStates, moving: PartitionState, pid: PartitionId,
+                                   proposal: AlterIsr, live: dict[int, int]) -> PartitionState:
+    """The leader's ISR change ``proposal`` (admitting the adding replica, caught up) written, then the state once
+    the controller completed the move (within 10 s)."""
+    assert (await view.alter_isr(moving, pid, proposal, live)).error is None
+
+    async def completed() -> bool:
+        state = await view.read(pid)
+        return state is not None and not state.moving
+
+    await eventually("the move completed", completed, timeout=10)
+    done = await view.read(pid)
+    assert done is not None
+    return done
