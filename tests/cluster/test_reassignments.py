@@ -2,7 +2,8 @@
 walgate/cluster/reassignments.py), on real etcd with in-process nodes: the node asked is not the controller, the
 controller writes the move (fenced), the leader's ISR change admits the adding replica and the controller's next
 pass completes the move; refusals and a cancellation; each replica change appends its ``place_vgroup`` catalog
-record in the transaction that writes the state."""
+record in the transaction that writes the state; a state deleted mid-move is made again from those records with its
+move."""
 
 from __future__ import annotations
 
@@ -11,16 +12,19 @@ import json
 from pathlib import Path
 
 import pytest
-from cluster_support import KEYS, create_states, eventually, within
+from cluster_support import KEYS, Node, create_states, eventually, within
 from etcd_cluster import EtcdCluster
 from test_partition_states import controller_and_one
 
 from walgate.cluster.elections import ElectionRequestDamaged, ask, decode_request, encode_request
+from walgate.cluster.etcd import tx
 from walgate.cluster.model import decode_record
-from walgate.cluster.partition_codec import PartitionId
+from walgate.cluster.partition_codec import CatalogVnodes, PartitionId, ReplicatedVnode, partition_key
 from walgate.cluster.partition_states import PartitionStates, Reconciler
 from walgate.cluster.reassignments import ReassignmentRequest
 from walgate.replication.partition import AlterIsr, IsrMember, PartitionState
+from walgate.storage.catalog import DB_DEFAULTS, Catalog
+from walgate.storage.names import new_db_id
 from walgate.wire.errors import ErrorCode
 
 
@@ -64,24 +68,105 @@ async def test_a_move_asked_of_another_node_is_written_then_completed_by_the_con
         assert back is not None and (back.replicas, back.moving, back.leader) == ((1,), False, 1)
 
         # the leader (node 1) admits node 2, caught up, to the ISR: the controller completes the move
-        admitted = await view.alter_isr(moving, moved, AlterIsr(1, 0, moving.partition_epoch,
-                                                                 (IsrMember(1, e1), IsrMember(2, e2)), e1), live)
-        assert admitted.error is None
-
-        async def completed() -> bool:
-            state = await view.read(moved)
-            return state is not None and not state.moving
-
-        await eventually("the move completed", completed, timeout=10)
-        done = await view.read(moved)
-        assert done is not None
+        done = await _admitted_then_completed(view, moving, moved, AlterIsr(
+            1, 0, moving.partition_epoch, (IsrMember(1, e1), IsrMember(2, e2)), e1), live)
         assert (done.replicas, done.isr, done.leader, done.leader_epoch) == ((2,), (IsrMember(2, e2),), 2, 1)
         assert reconciler.moves_completed == 1
         assert (await n2.session.get_prefix(KEYS.root + b"elections/"))[1] == []
         _, records = await n2.session.get_prefix(KEYS.records)
         placed = [json.loads(decode_record(kv.value)[1]) for kv in sorted(records, key=lambda kv: int(kv.key[len(
             KEYS.records):]))]
-        assert [(r["op"], r["vgroup"], r["replicas"]) for r in placed] == [
-            ("place_vgroup", 0, [2, 1]), ("place_vgroup", 3, [1, 2]), ("place_vgroup", 3, [1]),
-            ("place_vgroup", 0, [2])]  # begun (the union, target first), cancelled, completed
+        assert [(r["op"], r["vgroup"], r["replicas"], r.get("adding"), r.get("removing")) for r in placed] == [
+            ("place_vgroup", 0, [2, 1], [2], [1]), ("place_vgroup", 3, [1, 2], [2], []),
+            ("place_vgroup", 3, [1], None, None), ("place_vgroup", 0, [2], None, None)]
+        # begun (the union, target first, with the move), cancelled, completed
         assert (await n2.session.get(KEYS.seq)).value == b"4"
+
+
+async def test_a_state_deleted_mid_move_is_made_again_with_the_move_and_its_adding_replica_out_of_the_isr(
+        etcd1: EtcdCluster, tmp_path: Path) -> None:
+    """The controller's catalog is a real one fed from the stream: the ``place_vgroup`` record of a move of d/0
+    from nodes 1, 2 to 3, 2 names its adding and removing replicas; the state's key deleted mid-move (by an
+    operator), the controller makes it again from the catalog with the move, node 3 (adding: it may hold nothing)
+    neither in the ISR nor leading though listed first, and the move completes once the leader admits node 3 (fails
+    without the move in the record: checked, the state made again had node 3 in sync and leading, and the move
+    completed at once)."""
+    async with controller_and_one(etcd1, tmp_path) as (n1, n2):
+        n3 = Node(etcd1.endpoints, 3, tmp_path / "n3", ttl=2)
+        try:
+            n3.start("registration")
+            await eventually("node 3 registered", lambda: _registered(n3))
+            catalog = Catalog.open(tmp_path / "catalog.log")
+            catalog.cluster, catalog.node_id = True, 1
+            db_id = new_db_id()
+            catalog.apply({"op": "create_db", "name": "d", "id": db_id, "options": {**DB_DEFAULTS, "VGROUPS": 1},
+                           "created_ms": 0, "nodes": [1], "replicas": [[1, 2]]})
+            pid = PartitionId(db_id, 0)
+
+            async def at(seq: int) -> CatalogVnodes:
+                _, kvs = await n1.session.get_prefix(KEYS.records)
+                for kv in sorted(kvs, key=lambda kv: int(kv.key[len(KEYS.records):])):
+                    record_seq = int(kv.key[len(KEYS.records):])
+                    if catalog.shared_seq < record_seq <= seq:
+                        assert catalog.apply_shared(record_seq, json.loads(decode_record(kv.value)[1]))
+                return catalog.controller_vnodes()
+
+            view = PartitionStates(n1.session, KEYS)
+            reconciler = Reconciler(view, n1.election, retry_delay=0.1, catalog=at)
+            n1.tasks.append(asyncio.create_task(reconciler.run()))
+
+            async def made() -> bool:
+                return await view.read(pid) is not None
+
+            await eventually("d/0's state made", made)
+            lease = n2.registration.lease_id
+            assert lease is not None
+            assert await within(ask(n2.session, KEYS, 2, lease, ReassignmentRequest(((pid, (3, 2)),)))) == {
+                pid: ErrorCode.none}
+
+            async def catalog_moving() -> bool:
+                return catalog.replicated_vnodes()[pid].adding == (3,)
+
+            await eventually("the catalog has the move", catalog_moving)
+            await n1.session.txn([], [tx.Delete(partition_key(KEYS, pid))])  # an operator deletes it
+            await eventually("d/0's state made again", lambda: _created(reconciler, 2))
+            again = await view.read(pid)
+            assert again is not None
+            assert (again.replicas, again.adding, again.removing) == ((3, 2, 1), (3,), (1,))
+            assert (again.isr_ids, again.leader) == ({1, 2}, 2)
+            e1, e2, e3 = (n.registration.epoch or 0 for n in (n1, n2, n3))
+            live = {1: e1, 2: e2, 3: e3}
+            done = await _admitted_then_completed(view, again, pid, AlterIsr(
+                2, again.leader_epoch, again.partition_epoch, (*again.isr, IsrMember(3, e3)), e2), live)
+            assert (done.replicas, done.leader) == ((3, 2), 2)
+            await eventually("the catalog has the move completed", lambda: _placed(catalog, pid, (3, 2)))
+        finally:
+            await n3.close()
+
+
+async def _registered(node: Node) -> bool:
+    return node.registration.epoch is not None
+
+
+async def _created(reconciler: Reconciler, count: int) -> bool:
+    return reconciler.created == count
+
+
+async def _placed(catalog: Catalog, pid: PartitionId, replicas: tuple[int, ...]) -> bool:
+    return catalog.replicated_vnodes()[pid] == ReplicatedVnode(replicas, 1)
+
+
+async def _admitted_then_completed(view: PartitionStates, moving: PartitionState, pid: PartitionId,
+                                   proposal: AlterIsr, live: dict[int, int]) -> PartitionState:
+    """The leader's ISR change ``proposal`` (admitting the adding replica, caught up) written, then the state once
+    the controller completed the move (within 10 s)."""
+    assert (await view.alter_isr(moving, pid, proposal, live)).error is None
+
+    async def completed() -> bool:
+        state = await view.read(pid)
+        return state is not None and not state.moving
+
+    await eventually("the move completed", completed, timeout=10)
+    done = await view.read(pid)
+    assert done is not None
+    return done

@@ -14,7 +14,14 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from walgate.cluster.partition_codec import PartitionStateDamaged, decode_state, encode_state
+from walgate.cluster.partition_codec import (
+    PartitionId,
+    PartitionStateDamaged,
+    ReplicatedVnode,
+    decode_state,
+    encode_state,
+    missing_states,
+)
 from walgate.replication.partition import (
     NO_LEADER,
     AlterIsr,
@@ -148,6 +155,37 @@ def test_invalid_targets_are_refused() -> None:
         refusal = reassign(state, target, LIVE)
         assert isinstance(refusal, Refusal) and refusal.error == ErrorCode.invalid_replica_assignment
         assert why in refusal.message
+
+
+def test_a_state_made_again_mid_move_keeps_its_adding_replicas_out_of_the_isr_and_completes_the_move() -> None:
+    """KIP-455: a state the controller makes again from the catalog's ``place_vgroup`` record of a move in progress
+    (its key deleted) carries the move, and its adding replica, which may hold nothing, is neither in the ISR nor
+    the leader, even when listed first; the move completes once the leader admits it."""
+    moving = reassign(initial_state((1, 2), LIVE, 1), (3, 2), LIVE)
+    assert isinstance(moving, PartitionState)
+    again = initial_state(moving.replicas, LIVE, 1, False, moving.adding, moving.removing)
+    assert (again.replicas, again.adding, again.removing) == ((3, 2, 1), (3,), (1,))
+    assert (again.isr_ids, again.leader, again.leader_epoch) == ({1, 2}, 2, 0)
+    assert reconcile(again, LIVE) is None, "the adding replica has not caught up: the move waits"
+    done = reconcile(admit(again, 3, LIVE), LIVE)
+    assert done is not None and (done.replicas, done.moving, done.leader) == ((3, 2), False, 2)
+    only_adding = initial_state((3, 2, 1), {3: 30}, 1, True, (3,), (1,))
+    assert (only_adding.isr, only_adding.leader) == ((), NO_LEADER)
+    assert reconcile(only_adding, {3: 30}) is None, "not even uncleanly elected"
+    for adding, removing in [((2,), (2,)), ((9,), ()), ((), (3,)), ((3, 3), ()), ((), (3, 2, 1))]:
+        with pytest.raises(ValueError, match="a move of replicas"):
+            initial_state((3, 2, 1), LIVE, 1, False, adding, removing)
+
+
+def test_missing_states_carry_the_catalogs_move_and_wait_for_a_replica_not_being_added() -> None:
+    moving, other = PartitionId("d", 0), PartitionId("d", 1)
+    catalog = {moving: ReplicatedVnode((3, 2, 1), 1, False, (3,), (1,)), other: ReplicatedVnode((3, 2), 1)}
+    states, refused = missing_states(catalog, (), {3: 30})
+    assert (list(states), refused) == ([other], {}), "only the adding replica registered: no state for d/0 yet"
+    states, _ = missing_states(catalog, (), {1: 10, 3: 30})
+    assert (states[moving].isr_ids, states[moving].leader, states[moving].adding) == ({1}, 1, (3,))
+    _, refused = missing_states({moving: ReplicatedVnode((3, 2, 1), 1, False, (1,), (1,))}, (), LIVE)
+    assert "a move of replicas" in refused[moving]
 
 
 def test_codec_keeps_the_move_and_reads_values_without_it() -> None:

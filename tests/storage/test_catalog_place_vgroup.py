@@ -1,7 +1,8 @@
 """The ``place_vgroup`` catalog record (issue 26: a replica move places one vgroup anew, written by the controller
 with the partition state it moves): applied through the cluster's stream, kept across restarts, rewrites and
 snapshots, undone by a record placing the vgroup as the database was made; any damaged one refused as a record that
-cannot apply. A data dir without such records reads as before (the other catalog tests)."""
+cannot apply; a move in progress kept with its adding and removing replicas. A data dir without such records
+reads as before (the other catalog tests)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from hypothesis import strategies as st
 
 from walgate.cluster.partition_codec import PartitionId, ReplicatedVnode
 from walgate.cluster.placement import place_vgroup_record
+from walgate.replication.partition import moves_valid
 from walgate.storage import lines
 from walgate.storage.catalog import DB_DEFAULTS, Catalog
 from walgate.storage.names import new_db_id
@@ -62,6 +64,30 @@ def test_a_move_places_one_vgroup_anew_and_the_placement_survives_restarts_and_s
     assert not [r for r in other.shared_records() if r["op"] == "place_vgroup"]
 
 
+def test_a_move_in_progress_is_kept_with_its_placement_until_a_record_without_one(tmp_path: Path) -> None:
+    """A record of a move begun names its adding and removing replicas (KIP-455): the controller's replicated vnodes
+    carry them (a state made again from them keeps the adding replica out of the ISR), across a restart, a rewrite
+    and a snapshot, also when the union is the placement as made; the record of the move completed ends it."""
+    path = tmp_path / "catalog.log"
+    catalog = _cluster_catalog(path)
+    db_id = _topic(catalog)
+    assert catalog.apply_shared(catalog.shared_seq + 1, place_vgroup_record(db_id, 0, [3, 2, 1], [3], [1]))
+    assert catalog.apply_shared(catalog.shared_seq + 1, place_vgroup_record(db_id, 1, [2, 1], [], [1]))  # as made
+    moving = {PartitionId(db_id, 0): ReplicatedVnode((3, 2, 1), 2, False, (3,), (1,)),
+              PartitionId(db_id, 1): ReplicatedVnode((2, 1), 2, False, (), (1,))}
+    assert catalog.replicated_vnodes() == moving
+    reopened = _cluster_catalog(path)
+    assert reopened.replicated_vnodes() == moving
+    reopened.rewrite()
+    assert _cluster_catalog(path).replicated_vnodes() == moving
+    other = _cluster_catalog(tmp_path / "other.log")
+    other.restore_shared(reopened.shared_seq, reopened.shared_records())
+    assert other.replicated_vnodes() == moving and other.shared_records() == reopened.shared_records()
+    assert other.apply_shared(other.shared_seq + 1, place_vgroup_record(db_id, 0, [3, 2]))  # completed
+    assert other.replicated_vnodes()[PartitionId(db_id, 0)] == ReplicatedVnode((3, 2), 2)
+    assert other.databases["kafka_t"].moves == {1: ((), (1,))}
+
+
 def test_a_place_record_of_an_unknown_vgroup_is_passed_over(tmp_path: Path, caplog: pytest.LogCaptureFixture
                                                             ) -> None:
     """A record naming no placed vgroup, or fewer replicas than the database's MIN_INSYNC, is passed over (logged,
@@ -72,10 +98,11 @@ def test_a_place_record_of_an_unknown_vgroup_is_passed_over(tmp_path: Path, capl
         "op": "create_db", "name": "x", "id": new_db_id(), "options": {**DB_DEFAULTS, "MIN_INSYNC": 2},
         "created_ms": 0, "nodes": [1, 1], "replicas": [[1, 2], [1, 2]]})
     for record in (place_vgroup_record(db_id, 2, [1, 2]), place_vgroup_record(new_db_id(), 0, [1, 2]),
-                   place_vgroup_record(catalog.databases["x"].id, 0, [3])):
+                   place_vgroup_record(catalog.databases["x"].id, 0, [3]), place_vgroup_record(db_id, 0, [3, 1], [9]),
+                   {**place_vgroup_record(db_id, 0, [3, 1, 2]), "adding": [3], "removing": 2}):
         assert catalog.apply_shared(catalog.shared_seq + 1, record)
-    assert [d.placed_anew for d in catalog.databases.values()] == [{}, {}] and catalog.shared_seq == 5
-    assert caplog.text.count("passed over") == 3
+    assert [(d.placed_anew, d.moves) for d in catalog.databases.values()] == [({}, {}), ({}, {})]
+    assert catalog.shared_seq == 7 and caplog.text.count("passed over") == 5
 
 
 _JSON = st.recursive(st.none() | st.booleans() | st.integers(-3, 9) | st.text(max_size=3),
@@ -86,7 +113,9 @@ _JSON = st.recursive(st.none() | st.booleans() | st.integers(-3, 9) | st.text(ma
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(fields=st.fixed_dictionaries({}, optional={
     "db_id": _JSON | st.just("known"), "vgroup": _JSON | st.integers(-1, 3),
-    "replicas": _JSON | st.lists(st.integers(-1, 4), max_size=4)}))
+    "replicas": _JSON | st.lists(st.integers(-1, 4), max_size=4),
+    "adding": _JSON | st.lists(st.integers(-1, 4), max_size=2),
+    "removing": _JSON | st.lists(st.integers(-1, 4), max_size=2)}))
 def test_any_place_record_applies_as_a_valid_placement_or_is_refused(tmp_path: Path, fields: dict[str, Any]) -> None:
     """Whatever a ``place_vgroup`` record holds (damage, another writer), it applies as distinct node ids of a placed
     vgroup, or is refused as a record that cannot apply (ValueError), the catalog unchanged; never another error.
@@ -107,5 +136,6 @@ def test_any_place_record_applies_as_a_valid_placement_or_is_refused(tmp_path: P
     for vgroup in range(db.vgroups):
         replicas = db.replicas_of(vgroup, 1)
         assert replicas and len(set(replicas)) == len(replicas) and all(n >= 0 for n in replicas)
+        assert moves_valid(replicas, *db.moves.get(vgroup, ((), ()))), "a move of its replicas"
     path.write_bytes(path.read_bytes() + lines.encode(record))
     assert _cluster_catalog(path).databases["kafka_t"] == db

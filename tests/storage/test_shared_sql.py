@@ -214,6 +214,44 @@ def test_a_nodes_own_database_of_the_name_passes_the_clusters_over_and_a_schemal
         e.close()
 
 
+def test_a_cluster_database_passed_over_for_a_nodes_own_one_is_kept_shadowed_for_the_controller(tmp_path: Path) -> None:
+    """The cluster's database ``d``, passed over on node 2 whose own ``d`` holds the name, is named in
+    ``Catalog.shadowed`` (the controller there leaves its partition states alone: ``controller_vnodes``'s
+    ``unjudged``) across a restart, a rewrite and a snapshot of the stream (which applied nothing before: its
+    ``create_db`` clashed), the own ``d`` and its supertable untouched and the cluster's supertable not made in it;
+    the cluster's DROP DATABASE ends it."""
+    single = Engine.open(tmp_path / "n2", node_id=2)
+    single.execute("CREATE DATABASE d VGROUPS 1")
+    single.execute("CREATE STABLE d.mine (ts TIMESTAMP, v INT) TAGS (k INT)")
+    single.close()
+    n1, n2 = cluster_node(tmp_path / "n1", 1), cluster_node(tmp_path / "n2", 2)
+    run([n1, n2], n1, "CREATE DATABASE d VGROUPS 2")
+    run([n1, n2], n1, STABLE)
+    cluster_id = n1.catalog.database("d").id
+    assert n2.catalog.shadowed == {"d": cluster_id} and n1.catalog.shadowed == {}
+    assert n2.catalog.controller_vnodes().unjudged == {cluster_id}
+    n2.close()
+    n2 = cluster_node(tmp_path / "n2", 2)  # replayed from catalog.log
+    assert n2.catalog.shadowed == {"d": cluster_id}
+    n2.catalog.rewrite()
+    n2.close()
+    n2 = cluster_node(tmp_path / "n2", 2)
+    assert n2.catalog.shadowed == {"d": cluster_id}
+    fresh = cluster_node(tmp_path / "n3", 3)  # a snapshot's reader holding nothing: d is the cluster's there
+    fresh.restore_shared(n1.catalog.shared_seq, n1.catalog.shared_records())
+    assert fresh.catalog.database("d").id == cluster_id and fresh.catalog.shadowed == {}
+    n2.restore_shared(n1.catalog.shared_seq, n1.catalog.shared_records())
+    assert n2.catalog.shadowed == {"d": cluster_id} and n2.catalog.database("d").nodes is None
+    assert sorted(n2.catalog.stables) == [("d", "mine")], "the cluster's supertable is not made in the own d"
+    run([n1, n2], n1, "DROP DATABASE d")
+    assert n2.catalog.shadowed == {} and n2.catalog.database("d").nodes is None and n1.catalog.databases == {}
+    n2.close()
+    n2 = cluster_node(tmp_path / "n2", 2)
+    assert n2.catalog.shadowed == {}
+    for e in (n1, n2, fresh):
+        e.close()
+
+
 def line_in(vgroup: int, fields: str, ts: int) -> bytes:
     """A line of measurement ``lp`` whose subtable is in ``vgroup`` of database ``d`` (2 vgroups)."""
     site = next(s for s in range(1000) if vnode_of("d", child_table_name("lp", (("site", str(s)),)), 2) == vgroup)

@@ -18,11 +18,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from walgate.cluster.model import ControlPlaneError, Keys
-from walgate.replication.partition import NO_LEADER, IsrMember, PartitionState, initial_state, reconcile, reconfigure
+from walgate.replication.partition import (
+    NO_LEADER,
+    IsrMember,
+    PartitionState,
+    initial_state,
+    moves_valid,
+    reconcile,
+    reconfigure,
+)
 
 __all__ = ["MAX_STATES_PER_TXN", "PartitionId", "PartitionStateDamaged", "partitions_prefix", "partition_key",
            "partition_id", "encode_state", "decode_state", "reconcile_all", "batches", "ReplicatedVnode",
-           "missing_states", "reconfigured_states"]
+           "CatalogVnodes", "unwanted_states", "missing_states", "reconfigured_states"]
 
 MAX_STATES_PER_TXN = 60
 """States one controller transaction writes or creates: a compare and a put each. etcd (``--max-txn-ops``, 128 by
@@ -116,17 +124,11 @@ def decode_state(value: bytes, mod_revision: int) -> PartitionState:
               else "the leader not in the ISR" if state.leader != NO_LEADER and state.leader not in ids
               else "min_isr out of range" if not 1 <= state.min_isr <= len(replicas)
               else "a negative epoch" if state.leader_epoch < 0 or mod_revision < 0
-              else "adding or removing replicas repeated, not replicas or both" if not _moves_valid(state) else None)
+              else "adding or removing replicas repeated, not replicas or both"
+              if not moves_valid(state.replicas, state.adding, state.removing) else None)
     if broken is not None:
         raise PartitionStateDamaged(f"a partition state in etcd is not walgate's: {value[:200]!r} ({broken})")
     return state
-
-
-def _moves_valid(state: PartitionState) -> bool:
-    adding, removing = set(state.adding), set(state.removing)
-    return (len(adding) == len(state.adding) and len(removing) == len(state.removing) and not adding & removing
-            and adding | removing <= set(state.replicas) and len(removing) < len(state.replicas)
-            and state.replicas[len(state.replicas) - len(removing):] == state.removing)
 
 
 def reconcile_all(states: Mapping[PartitionId, PartitionState], live: Mapping[int, int]
@@ -140,30 +142,53 @@ def reconcile_all(states: Mapping[PartitionId, PartitionState], live: Mapping[in
 @dataclass(frozen=True)
 class ReplicatedVnode:
     """What the catalog record says of a vnode of more than one replica: its replicas (the first the preferred
-    leader), ``min.insync.replicas`` and ``unclean.leader.election.enable``."""
+    leader), ``min.insync.replicas`` and ``unclean.leader.election.enable``, and, while a move is in progress (the
+    ``place_vgroup`` record that began it: KIP-455), the replicas it adds and removes (``replicas`` is then the
+    target followed by the removing ones)."""
 
     replicas: tuple[int, ...]
     min_isr: int
     unclean_election: bool = False
+    adding: tuple[int, ...] = ()
+    removing: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class CatalogVnodes:
+    """What a node's catalog tells the controller of the partition states to make and delete: ``vnodes``, the
+    replicated vnodes (each gets a state when it has none), and ``unjudged``, the ids of the cluster's databases this
+    catalog passes over (a database of the node's own holds the name: "A single node's data dir into a cluster"),
+    whose states it neither makes nor deletes (:func:`unwanted_states`): it cannot tell them from a dropped
+    database's, and another controller, or this one once it holds them, judges them."""
+
+    vnodes: Mapping[PartitionId, ReplicatedVnode]
+    unjudged: frozenset[str] = frozenset()
+
+
+def unwanted_states(catalog: CatalogVnodes, present: Collection[PartitionId]) -> list[PartitionId]:
+    """The vnodes of ``present`` (every ``partitions/`` key read, damaged ones included) whose state the controller
+    deletes: those of a database the catalog does not hold (dropped), none of an ``unjudged`` database's."""
+    return sorted(pid for pid in present if pid not in catalog.vnodes and pid.db_id not in catalog.unjudged)
 
 
 def missing_states(catalog: Mapping[PartitionId, ReplicatedVnode], present: Collection[PartitionId],
                    live: Mapping[int, int]) -> tuple[dict[PartitionId, PartitionState], dict[PartitionId, str]]:
     """The states to create, in partition order: ``partition.initial_state`` (the first registered replica leads in
-    epoch 0, the registered ones in sync at their broker epochs ``live``) of each replicated vnode the catalog
-    holds whose key is not in ``present`` (every ``partitions/`` key read, damaged values included: a damaged state
-    is the operator's to delete, never overwritten) and one of whose replicas is registered (none: no state yet,
-    since one with no leader and an empty ISR could never elect; Kafka likewise refuses to create a partition whose
-    brokers are all fenced, and the controller's next pass follows a registration). Apart: why no state can be
-    built for each vnode whose catalog entry ``initial_state`` refuses (replicas repeated, ``min_isr`` out of
-    range), which never stops the creation of the others."""
+    epoch 0, the registered ones in sync at their broker epochs ``live``; a move in progress carried, its adding
+    replicas out of the ISR) of each replicated vnode the catalog holds whose key is not in ``present`` (every
+    ``partitions/`` key read, damaged values included: a damaged state is the operator's to delete, never
+    overwritten) and one of whose replicas not being added is registered (none: no state yet, since one with no
+    leader and an empty ISR could never elect; Kafka likewise refuses to create a partition whose brokers are all
+    fenced, and the controller's next pass follows a registration). Apart: why no state can be built for each vnode
+    whose catalog entry ``initial_state`` refuses (replicas repeated, ``min_isr`` out of range, a move that is not
+    one), which never stops the creation of the others."""
     states: dict[PartitionId, PartitionState] = {}
     refused: dict[PartitionId, str] = {}
     for pid, v in sorted(catalog.items()):
-        if pid in present or not any(r in live for r in v.replicas):
+        if pid in present or not any(r in live and r not in v.adding for r in v.replicas):
             continue
         try:
-            states[pid] = initial_state(v.replicas, live, v.min_isr, v.unclean_election)
+            states[pid] = initial_state(v.replicas, live, v.min_isr, v.unclean_election, v.adding, v.removing)
         except ValueError as e:
             refused[pid] = str(e)
     return states, refused

@@ -39,9 +39,9 @@ from walgate.cluster.model import (
 )
 from walgate.cluster.partition_codec import (
     MAX_STATES_PER_TXN,
+    CatalogVnodes,
     PartitionId,
     PartitionStateDamaged,
-    ReplicatedVnode,
     batches,
     decode_state,
     encode_state,
@@ -51,6 +51,7 @@ from walgate.cluster.partition_codec import (
     partitions_prefix,
     reconcile_all,
     reconfigured_states,
+    unwanted_states,
 )
 from walgate.cluster.placement import place_vgroup_record
 from walgate.cluster.reassignments import ReassignmentRequest
@@ -252,6 +253,11 @@ def _shutting_down(value: bytes) -> bool:
         return False
 
 
+def _placed(state: PartitionState) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+    """What a ``place_vgroup`` record says of ``state``: its replicas, and the replicas its move adds and removes."""
+    return state.replicas, state.adding, state.removing
+
+
 def _retrieved(task: asyncio.Task[Any]) -> None:
     """A finished task's outcome (a watch's, a catalog question's), taken so that asyncio does not report it as never
     retrieved."""
@@ -283,7 +289,9 @@ class Reconciler:
     registrations unchanged since the read, as the other writes; a vnode whose catalog entry makes no valid state
     is reported at ERROR on every pass, and the others are created. A state (a damaged one included) of a vnode the
     catalog does not hold (its database dropped) is deleted, in fenced transactions of at most 60, each key compared
-    unchanged since the read. ``catalog(seq)`` is awaited once per pass, after the read: the catalog's replicated
+    unchanged since the read; never one of a cluster database this node's catalog passes over because a database of
+    the node's own holds the name (:class:`~walgate.cluster.partition_codec.CatalogVnodes`: ``unjudged``).
+    ``catalog(seq)`` is awaited once per pass, after the read: the catalog's replicated
     vnodes once this node applied at least record ``seq`` of the catalog stream, the last one appended at the read's
     revision (:meth:`snapshot` reads ``catalog/seq`` in its transaction), so a database dropped, or made, before the
     read is never judged from an older catalog (a racing DROP DATABASE leaves no state behind, KIP-631's controller
@@ -312,14 +320,16 @@ class Reconciler:
 
     **The catalog follows every replica change** (issue 26): a transaction writing a state whose ``replicas`` change
     (a move begun: the target followed by the removing replicas; completed: the target; cancelled: the original
-    replicas) also appends a ``place_vgroup`` catalog record of them per such state (:meth:`_placements`), so the
+    replicas) also appends a ``place_vgroup`` catalog record of them per such state (:meth:`_placements`; with the
+    move's adding and removing replicas while one is in progress, so that a state deleted mid-move is made again
+    with its move and its adding replicas out of the ISR: ``partition.initial_state``), so the
     catalog's placement and the state change at one revision: a node is placed on a vnode exactly while its state
     names it (adding nodes open it empty, removed nodes delete their copy: :mod:`walgate.gateway.replicas`). The
     append compares ``catalog/seq``'s value with the one the pass read; a record appended meanwhile by another
     writer refuses the whole transaction, written again by the next pass."""
 
     def __init__(self, states: PartitionStates, election: ControllerElection, retry_delay: float = 0.5,
-                 catalog: Callable[[int], Awaitable[Mapping[PartitionId, ReplicatedVnode]]] | None = None,
+                 catalog: Callable[[int], Awaitable[CatalogVnodes]] | None = None,
                  catalog_wait_s: float = 2.0, rebalance_every: tuple[float, int] | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.states = states
@@ -331,7 +341,7 @@ class Reconciler:
         self.election = election
         self.retry_delay = retry_delay
         self.catalog = catalog
-        self._asked: tuple[int, asyncio.Task[Mapping[PartitionId, ReplicatedVnode]]] | None = None  # seq, catalog(seq)
+        self._asked: tuple[int, asyncio.Task[CatalogVnodes]] | None = None  # seq, catalog(seq)
         self._warned = -1  # the last seq a WARNING named
         self.passes = 0
         self.written = 0
@@ -398,17 +408,17 @@ class Reconciler:
     def _placements(self, snapshot: Snapshot, writes: Mapping[PartitionId, PartitionState], batch: list[PartitionId]
                     ) -> tuple[list[Any], int]:
         """The catalog records a transaction writing ``batch`` of ``writes`` appends (the class docstring): [the
-        compare of ``catalog/seq``, its put, a ``place_vgroup`` record per state whose replicas change], and the
-        sequence number they reach; ([], the current one) when no replicas change."""
+        compare of ``catalog/seq``, its put, a ``place_vgroup`` record per state whose replicas, or move's adding or
+        removing replicas, change], and the sequence number they reach; ([], the current one) when none change."""
         keys = self.states.keys
         seq = self._seq[1] if self._seq[0] == snapshot.revision else snapshot.catalog_seq
-        moved = [pid for pid in batch if writes[pid].replicas != snapshot.states[pid].replicas]
+        moved = [pid for pid in batch if _placed(writes[pid]) != _placed(snapshot.states[pid])]
         if not moved:
             return [], seq
         epoch = self.election.epoch or 0
         compare = tx.Version(keys.seq) == 0 if seq == 0 else tx.Value(keys.seq) == str(seq).encode()
         records = [tx.Put(keys.record(seq + 1 + i), encode_record(epoch, json.dumps(
-            place_vgroup_record(pid.db_id, pid.vgroup, writes[pid].replicas), sort_keys=True).encode()))
+            place_vgroup_record(pid.db_id, pid.vgroup, *_placed(writes[pid])), sort_keys=True).encode()))
             for i, pid in enumerate(moved)]
         return [compare, tx.Put(keys.seq, str(seq + len(moved)).encode()), *records], seq + len(moved)
 
@@ -563,20 +573,20 @@ class Reconciler:
                 refused += await self.rebalance(snapshot, touched)
         wanted = await self._wanted(snapshot.catalog_seq)
         if wanted is not None:  # (a state just elected is refused its delete, as it changed: the next pass deletes it)
-            refused += await self.delete(snapshot, [pid for pid in snapshot.present if pid not in wanted])
-            creations, unbuildable = missing_states(wanted, snapshot.present, snapshot.live)
+            refused += await self.delete(snapshot, unwanted_states(wanted, snapshot.present))
+            creations, unbuildable = missing_states(wanted.vnodes, snapshot.present, snapshot.live)
             for pid, why in unbuildable.items():
                 log.error("controller: %s/%d has no partition state and none can be built from its catalog entry: "
                           "%s", pid.db_id, pid.vgroup, why)
             refused += await self.create(snapshot, creations)
-            reconfigured = reconfigured_states(wanted, {p: s for p, s in snapshot.states.items() if p not in touched})
+            reconfigured = reconfigured_states(wanted.vnodes, {p: s for p, s in snapshot.states.items() if p not in touched})
             refused += await self.write(snapshot, reconfigured)
         if refused:
             log.info("controller: %d partition states changed during reconciliation; reading again", refused)
             return 0
         return snapshot.revision
 
-    async def _wanted(self, seq: int) -> Mapping[PartitionId, ReplicatedVnode] | None:
+    async def _wanted(self, seq: int) -> CatalogVnodes | None:
         """The catalog's replicated vnodes as of record ``seq`` or later; None without ``catalog``, or when this
         node's catalog does not reach ``seq`` within ``catalog_wait_s`` (this pass creates and deletes nothing from a
         catalog it may not have caught up with; the question stays asked, :meth:`_wait_change` wakes at its

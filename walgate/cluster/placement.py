@@ -45,9 +45,13 @@ PLACE_VGROUP_OP = "place_vgroup"
 in progress, the target once it completed, the original replicas once cancelled)."""
 
 
-def place_vgroup_record(db_id: str, vgroup: int, replicas: Sequence[int]) -> dict[str, object]:
-    """The :data:`PLACE_VGROUP_OP` record placing vgroup ``vgroup`` of database ``db_id`` on ``replicas``."""
-    return {"op": PLACE_VGROUP_OP, "db_id": db_id, "vgroup": vgroup, "replicas": list(replicas)}
+def place_vgroup_record(db_id: str, vgroup: int, replicas: Sequence[int], adding: Sequence[int] = (),
+                        removing: Sequence[int] = ()) -> dict[str, object]:
+    """The :data:`PLACE_VGROUP_OP` record placing vgroup ``vgroup`` of database ``db_id`` on ``replicas``; while a
+    move is in progress also the replicas it adds and removes (``"adding"``, ``"removing"``: KIP-455 keeps them
+    with the assignment, so that a partition state made again from it carries the move), written only then."""
+    moving = {"adding": list(adding), "removing": list(removing)} if adding or removing else {}
+    return {"op": PLACE_VGROUP_OP, "db_id": db_id, "vgroup": vgroup, "replicas": list(replicas), **moving}
 
 
 class NoLiveNode(ValueError):

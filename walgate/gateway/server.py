@@ -64,7 +64,7 @@ from types import TracebackType
 from aiohttp import web
 
 from walgate.cluster.model import ControlPlaneUnavailable
-from walgate.cluster.partition_codec import PartitionId, ReplicatedVnode
+from walgate.cluster.partition_codec import CatalogVnodes
 from walgate.cluster.partition_states import PartitionStates, Reconciler
 from walgate.coordinator.classic import ClassicGroups
 from walgate.coordinator.consumer_group import ConsumerGroups
@@ -723,15 +723,16 @@ async def _cancelled(task: asyncio.Task[None] | None) -> None:
 
 
 async def _replicated_vnodes(shared: SharedCatalog, storage: StorageThread, engine: Engine, min_isr: int, seq: int
-                             ) -> dict[PartitionId, ReplicatedVnode]:
-    """The controller's Reconciler's catalog: the replicated vnodes once this node applied record ``seq``, its
-    ``min.insync.replicas`` setting the last default of a topic's (:class:`ControlPlaneUnavailable` when it does not
-    apply the record within the time :meth:`SharedCatalog.applied` allows)."""
+                             ) -> CatalogVnodes:
+    """The controller's Reconciler's catalog: the replicated vnodes (and the cluster databases this node's catalog
+    passes over) once this node applied record ``seq``, its ``min.insync.replicas`` setting the last default of a
+    topic's (:class:`ControlPlaneUnavailable` when it does not apply the record within the time
+    :meth:`SharedCatalog.applied` allows)."""
     try:
         await shared.applied(seq)
     except StorageError as e:
         raise ControlPlaneUnavailable(e.message) from None
-    return await storage.call(engine.catalog.replicated_vnodes, min_isr)
+    return await storage.call(engine.catalog.controller_vnodes, min_isr)
 
 
 def _coordinators_not_led(engine: Engine) -> None:

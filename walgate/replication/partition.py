@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 
 from walgate.wire.errors import ErrorCode
 
-__all__ = ["NO_LEADER", "IsrMember", "PartitionState", "AlterIsr", "initial_state", "reconfigure",
+__all__ = ["NO_LEADER", "IsrMember", "PartitionState", "AlterIsr", "initial_state", "moves_valid", "reconfigure",
            "check_leader_epoch", "same_incarnation", "leads", "leader_live", "change_isr", "alter_partition", "elect",
            "complete_reassignment", "settle", "reconcile"]
 
@@ -102,16 +102,40 @@ class AlterIsr:
 
 
 def initial_state(replicas: tuple[int, ...], registered: Mapping[int, int], min_isr: int,
-                  unclean_election: bool = False) -> PartitionState:
-    """A new partition: every replica registered now is in sync (it holds the empty log), the first of them leads
-    in epoch 0 (NO_LEADER when none is registered)."""
+                  unclean_election: bool = False, adding: tuple[int, ...] = (),
+                  removing: tuple[int, ...] = ()) -> PartitionState:
+    """A partition's state made by the controller from its catalog entry alone: every replica registered now is in
+    sync, the first of them leads in epoch 0 (NO_LEADER when none is registered). A new partition's replicas all
+    hold the same (empty) log.
+
+    A state made again while the catalog places the vgroup on a move's replicas (``adding`` and ``removing``: the
+    ``place_vgroup`` record the move began with, its key since deleted) carries the move, so that it completes, and
+    keeps the adding replicas out of the ISR and the leadership: KIP-455, an adding replica joins the ISR only once
+    the leader found it caught up, and nothing the controller holds says whether it did (Kafka's controller, which
+    keeps the adding replicas in the topic's assignment for this, never counts them in sync either). The replicas the
+    move started from are taken as holding the log, as every replica of a state made again is: the catalog knows no
+    more of them. Raises ValueError for replicas empty or repeated, ``min_isr`` out of range, or a move that is not
+    one (``adding`` and ``removing`` repeated, not replicas, overlapping, the removing ones not last, or all)."""
     if not replicas or len(set(replicas)) != len(replicas):
         raise ValueError(f"replicas {replicas}: at least one, all distinct")
     if not 1 <= min_isr <= len(replicas):
         raise ValueError(f"min.insync.replicas {min_isr}: between 1 and the replication factor {len(replicas)}")
-    isr = tuple(sorted(IsrMember(r, registered[r]) for r in replicas if r in registered))
-    leader = next((r for r in replicas if r in registered), NO_LEADER)
-    return PartitionState(replicas, leader, 0, 0, isr, (), min_isr, unclean_election)
+    if not moves_valid(replicas, adding, removing):
+        raise ValueError(f"a move of replicas {replicas} adding {adding} and removing {removing}: each distinct, "
+                         "disjoint replicas, the removing ones last and not all of them")
+    eligible = [r for r in replicas if r in registered and r not in adding]
+    isr = tuple(sorted(IsrMember(r, registered[r]) for r in eligible))
+    return PartitionState(replicas, eligible[0] if eligible else NO_LEADER, 0, 0, isr, (), min_isr, unclean_election,
+                          adding, removing)
+
+
+def moves_valid(replicas: tuple[int, ...], adding: tuple[int, ...], removing: tuple[int, ...]) -> bool:
+    """Whether ``adding`` and ``removing`` are a move of ``replicas`` (:class:`PartitionState`'s invariant): each
+    distinct, disjoint subsets of them, the removing ones the last replicas and not all of them."""
+    add, rem = set(adding), set(removing)
+    return (len(add) == len(adding) and len(rem) == len(removing) and not add & rem
+            and add | rem <= set(replicas) and len(removing) < len(replicas)
+            and replicas[len(replicas) - len(removing):] == removing)
 
 
 def check_leader_epoch(current: int, requested: int) -> ErrorCode | None:

@@ -60,7 +60,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from walgate.cluster.partition_codec import PartitionId, ReplicatedVnode
+from walgate.cluster.partition_codec import CatalogVnodes, PartitionId, ReplicatedVnode
 from walgate.cluster.placement import (
     PLACE_VGROUP_OP,
     InvalidReplicationFactor,
@@ -69,6 +69,7 @@ from walgate.cluster.placement import (
     place,
     place_vgroup_record,
 )
+from walgate.replication.partition import moves_valid
 from walgate.security.acl import AclBinding, AclSet
 from walgate.storage import acls, fileio, lines, quotas, resource_configs
 from walgate.storage.damage import DamageLog
@@ -144,6 +145,7 @@ STABLE_METAS_OP = "stable_metas"
 in this node's vnodes (``next``: vnode index -> the WAL version it is appended at), written before them
 (walgate.storage.sql_objects)."""
 _SEQ_OP = "cluster_seq"  # {"op": "cluster_seq", "seq": N}: shared records up to N applied (a rewrite, a skipped one)
+# (with "shadowed": {name: db id}, the new Catalog.shadowed, when a skipped record or a rewrite sets it)
 _NOT_MIXED = ("a change of the cluster's databases, supertables or topics goes through the cluster alone: not in the"
               " same call as a change of this node's own catalog")
 REPAIR_HINT = "stop the server and run walgate repair --data-dir DIR to bring back what it held (docs/data-dir.md)"
@@ -163,6 +165,9 @@ class DatabaseDef:
     # the vgroups a replica move placed anew (``place_vgroup`` records, issue 26): vgroup -> the node ids holding it
     # now, in place of its entry of ``replicas``, which keeps the placement the database was made or grown with
     placed_anew: Mapping[int, Replicas] = field(default_factory=dict)
+    # the vgroups being moved (the latest ``place_vgroup`` record of each named a move, KIP-455): vgroup -> (the
+    # replicas the move adds, those it removes), both among the vgroup's replicas now (:meth:`replicas_of`)
+    moves: Mapping[int, tuple[Replicas, Replicas]] = field(default_factory=dict)
 
     @property
     def vgroups(self) -> int:
@@ -371,6 +376,7 @@ class _State:
     shared_seq: int
     stable_metas: dict[str, Any] | None
     stable_changes: dict[str, tuple[tuple[int, dict[str, Any]], ...]]
+    shadowed: dict[str, str]
 
 
 @dataclass
@@ -437,6 +443,10 @@ class Catalog:
     stable_metas: dict[str, Any] | None = None
     # cluster mode, by replicated database: (seq, meta entry) of each ALTER/DROP STABLE record applied (STABLE_CHANGES_OP)
     stable_changes: dict[str, tuple[tuple[int, dict[str, Any]], ...]] = field(default_factory=dict)
+    # cluster mode: the cluster's databases whose records are passed over here because a database of this node's own
+    # holds the name (name -> the cluster database's id), until the cluster drops it: the controller never takes
+    # their partition states for a dropped database's (:meth:`controller_vnodes`)
+    shadowed: dict[str, str] = field(default_factory=dict)
     _changes: int = 0  # +1 per record applied and per restore: with the dicts' identities and sizes, _taken's key
     _taken_cache: _Taken | None = None
 
@@ -494,7 +504,7 @@ class Catalog:
         """What a failed or staged change is undone to (every collection is replaced, never changed in place)."""
         return _State(dict(self.databases), dict(self.stables), dict(self.topics), dict(self.client_quotas),
                       dict(self.users), self.acls.current, dict(self.resource_configs), self.shared_seq,
-                      self.stable_metas, self.stable_changes)
+                      self.stable_metas, self.stable_changes, dict(self.shadowed))
 
     def _restore(self, state: _State, *, shared_only: bool = False) -> None:
         """Back to ``state``; ``shared_only``: only its shared parts (a staged call's changes of the node's own
@@ -504,7 +514,7 @@ class Catalog:
         self._changes += 1
         self.client_quotas, self.users, self.acls.current = state.client_quotas, state.users, state.acls
         self.resource_configs, self.shared_seq = state.resource_configs, state.shared_seq
-        self.stable_metas, self.stable_changes = state.stable_metas, state.stable_changes
+        self.stable_metas, self.stable_changes, self.shadowed = state.stable_metas, state.stable_changes, state.shadowed
 
     def _commit(self, record: dict[str, Any]) -> None:
         """Apply one change and persist it (fsynced before returning); nothing changes when the write fails. In
@@ -609,8 +619,27 @@ class Catalog:
             self._commit({**record, "seq": seq})
         except InvalidValue as exc:
             log.error("%s: cluster catalog record %d passed over: %s", self.path, seq, exc)
-            self._commit({"op": _SEQ_OP, "seq": seq})
+            shadowed = self._shadowed_after(record)
+            self._commit({"op": _SEQ_OP, "seq": seq, **({} if shadowed == self.shadowed else {"shadowed": shadowed})})
         return True
+
+    def _shadowed_after(self, record: dict[str, Any]) -> dict[str, str]:
+        """:attr:`shadowed` once ``record``, a cluster record passed over, is: with the database a ``create_db``
+        places (its name a database of this node's own holds), without the one a ``drop_db`` names."""
+        name, op = record.get("name"), record.get("op")
+        if op == "create_db" and "nodes" in record and isinstance(name, str) and is_db_id(record.get("id")) and (
+                name in self.databases and not self.is_cluster_db(name)):
+            return {**self.shadowed, name: record["id"]}
+        if op == "drop_db" and name in self.shadowed and not self.is_cluster_db(name):
+            return {k: v for k, v in self.shadowed.items() if k != name}
+        return self.shadowed
+
+    def _shadowed_record(self, record: dict[str, Any]) -> bool:
+        """Whether a snapshot's ``record`` is of a database :attr:`shadowed` (its ``create_db``, supertables, TDengine
+        topics, ALTER/DROP STABLE entries and ``place_vgroup`` records), passed over as the stream's are."""
+        name = record.get("name") if record.get("op") == "create_db" else record.get("db")
+        return (name in self.shadowed and not self.is_cluster_db(name)) or (
+            record.get("op") == PLACE_VGROUP_OP and record.get("db_id") in self.shadowed.values())
 
     def single_node_objects(self) -> list[str]:
         """What this data dir holds as a single node, named for a person ("database power", "topic orders", "users: 2"):
@@ -686,9 +715,10 @@ class Catalog:
                       for t in self.topics.values() if t.kind != "kafka" and self.is_cluster_db(t.db) == shared]
 
     def _placed_anew_records(self) -> list[dict[str, Any]]:
-        """The ``place_vgroup`` records of the vgroups replica moves placed anew (after their databases' records)."""
-        return [place_vgroup_record(d.id, vgroup, replicas) for d in self.databases.values()
-                for vgroup, replicas in sorted(d.placed_anew.items())]
+        """The ``place_vgroup`` records of the vgroups replica moves placed anew or are moving (after their
+        databases' records)."""
+        return [place_vgroup_record(d.id, vgroup, d.replicas_of(vgroup, self.node_id), *d.moves.get(vgroup, ((), ())))
+                for d in self.databases.values() for vgroup in sorted(d.placed_anew.keys() | d.moves.keys())]
 
     def _kafka_topic_records(self, placed: bool | None = None) -> list[dict[str, Any]]:
         """The Kafka-native topics' records; ``placed``: only those whose record places their partitions (True: the
@@ -704,6 +734,7 @@ class Catalog:
         self.client_quotas, self.users, self.acls.current, self.resource_configs = {}, {}, AclSet(), {}
         if self.cluster:  # the cluster's databases and topics are the snapshot's (a single node's old ones stay)
             placed = {d.name for d in self.databases.values() if d.nodes is not None}
+            self.shadowed = {}
             self.databases = {k: v for k, v in self.databases.items() if k not in placed}
             self.stables = {k: v for k, v in self.stables.items() if k[0] not in placed}
             self.topics = {k: v for k, v in self.topics.items() if v.db not in placed}
@@ -713,7 +744,9 @@ class Catalog:
                 if not isinstance(record, dict) or not (record.get("op") in SHARED_OPS
                                                         or (self.cluster and record.get("op") in _SNAPSHOT_OPS)):
                     raise _Invalid(f"not a shared catalog record: {str(record)[:200]}")
-                self.apply(record)
+                self.shadowed = self._shadowed_after(record) if record.get("op") == "create_db" else self.shadowed
+                if not self._shadowed_record(record):
+                    self.apply(record)
             self.shared_seq = seq
             self.rewrite()
         except (_Invalid, KeyError, TypeError, ValueError, AttributeError) as exc:
@@ -734,7 +767,8 @@ class Catalog:
         out[:0] = self._kafka_topic_records(placed=False if self.cluster else None)
         out += self.shared_records()
         out += [] if self.stable_metas is None else [self.stable_metas]
-        return out + ([{"op": _SEQ_OP, "seq": self.shared_seq}] if self.shared_seq else [])
+        shadowed = {"shadowed": self.shadowed} if self.shadowed else {}
+        return out + ([{"op": _SEQ_OP, "seq": self.shared_seq, **shadowed}] if self.shared_seq else [])
 
     def rewrite(self) -> None:
         """Replace the file by the records of the current state (atomically: the old file or the new one)."""
@@ -836,8 +870,11 @@ class Catalog:
             kept.partitions += database.vgroups
         elif op == PLACE_VGROUP_OP:
             self._place_anew(r)
-        elif op == _SEQ_OP:
-            pass  # only its sequence number (below)
+        elif op == _SEQ_OP:  # its sequence number (below), and the databases shadowed when it says
+            shadowed = r.get("shadowed", self.shadowed)
+            if not isinstance(shadowed, dict) or not all(isinstance(k, str) and is_db_id(v) for k, v in shadowed.items()):
+                raise _Invalid(f"'shadowed' is {shadowed!r}: expected database names and ids")
+            self.shadowed = dict(shadowed)
         elif op == STABLE_METAS_OP:
             _get(r, "of", int), _get(r, "db", str), _get(r, "meta", dict)
             if not all(k.isdigit() and isinstance(v, int) for k, v in _get(r, "next", dict).items()):
@@ -861,18 +898,27 @@ class Catalog:
 
     def _place_anew(self, r: dict[str, Any]) -> None:
         """Apply a ``place_vgroup`` record: its vgroup of a placed database is held by its ``replicas`` from now on
-        (distinct node ids, at least the database's ``MIN_INSYNC``); the database's own placement when they are it."""
+        (distinct node ids, at least the database's ``MIN_INSYNC``); the database's own placement when they are it.
+        Its ``adding`` and ``removing`` (optional, both lists: a move in progress) must be a move of those replicas
+        (``partition.moves_valid``); a record without them ends the vgroup's move."""
         db_id, vgroup, raw = r.get("db_id"), _get(r, "vgroup", int), _get(r, "replicas", list)
+        adding, removing = r.get("adding", []), r.get("removing", [])
         db = next((d for d in self.databases.values() if d.id == db_id), None)
         if db is None or db.replicas is None or not 0 <= vgroup < db.vgroups:
             raise _Invalid(f"place_vgroup of vgroup {vgroup} of database id {db_id!r}: no such placed vgroup")
         if not raw or not all(_node_id(n) for n in raw) or len(set(raw)) != len(raw) or len(raw) < int(
                 db.options.get("MIN_INSYNC", 1)):
             raise _Invalid(f"'replicas' is {raw!r}: expected distinct node ids, at least MIN_INSYNC of them")
+        if not isinstance(adding, list) or not isinstance(removing, list) or not all(
+                _node_id(n) for n in adding + removing) or not moves_valid(tuple(raw), tuple(adding), tuple(removing)):
+            raise _Invalid(f"'adding' {adding!r} and 'removing' {removing!r}: not a move of replicas {raw!r}")
         placed = {**db.placed_anew, vgroup: tuple(raw)}
         if placed[vgroup] == db.replicas[vgroup]:
             del placed[vgroup]
-        self.databases[db.name] = replace(db, placed_anew=placed)
+        moves = {v: m for v, m in db.moves.items() if v != vgroup}
+        if adding or removing:
+            moves[vgroup] = (tuple(adding), tuple(removing))
+        self.databases[db.name] = replace(db, placed_anew=placed, moves=moves)
 
     def _stable_changed(self, db: str, r: dict[str, Any]) -> None:
         """Note the meta entry of ALTER/DROP STABLE record ``r`` of ``db`` in :attr:`stable_changes` when it is a
@@ -932,8 +978,9 @@ class Catalog:
         SQL database's ``MIN_INSYNC``; a Kafka-native topic's config, else the cluster-wide dynamic broker default
         (Kafka's ``min.insync.replicas`` broker config, which its controller reads; this node's own broker resource
         is not the cluster's), else ``min_isr_default`` (the controller's static setting), at most its replicas, as
-        Kafka's effective min ISR (``Partition.effectiveMinIsr``): the partition state holds no more) and the
-        topic's ``unclean.leader.election.enable`` (defaulted alike, else false)."""
+        Kafka's effective min ISR (``Partition.effectiveMinIsr``): the partition state holds no more), the
+        topic's ``unclean.leader.election.enable`` (defaulted alike, else false) and the move in progress, if any
+        (its adding and removing replicas, as its ``place_vgroup`` record named them)."""
         defaults = {"min.insync.replicas": str(min_isr_default),
                     **resource_configs.topic_defaults(self.resource_configs, "")}
         native = {t.db: {**defaults, **t.configs} for t in self.topics.values() if t.kind == "kafka"}
@@ -949,8 +996,14 @@ class Catalog:
                 unclean = configs.get("unclean.leader.election.enable", "false").strip().lower() == "true"
             for vgroup in range(db.vgroups):
                 replicas = db.replicas_of(vgroup, self.node_id)
-                out[PartitionId(db.id, vgroup)] = ReplicatedVnode(replicas, min(min_isr, len(replicas)), unclean)
+                out[PartitionId(db.id, vgroup)] = ReplicatedVnode(replicas, min(min_isr, len(replicas)), unclean,
+                                                                  *db.moves.get(vgroup, ((), ())))
         return out
+
+    def controller_vnodes(self, min_isr_default: int = 1) -> CatalogVnodes:
+        """What the controller makes and deletes partition states from: :meth:`replicated_vnodes`, and the ids of
+        the cluster's databases :attr:`shadowed` here, whose states it leaves alone."""
+        return CatalogVnodes(self.replicated_vnodes(min_isr_default), frozenset(self.shadowed.values()))
 
     def placeable(self) -> Mapping[int, str | None]:
         """The nodes (id -> ``broker.rack``) new vgroups may be placed on or manually assigned to: the live nodes in
