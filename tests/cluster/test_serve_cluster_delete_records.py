@@ -2,14 +2,17 @@
 ``replication.enable=true`` over a real etcd (stopped by PID). Only the partition's leader moves its log start: the
 request sent to a follower is answered NOT_LEADER_OR_FOLLOWER and moves nothing there (a follower's copy never moves
 its log start by itself), an offset past the high watermark is OFFSET_OUT_OF_RANGE, and confluent-kafka's Admin
-(which asks the leader) deletes the records before offset 4: low watermark 4, the consumer's earliest offset."""
+(which asks the leader) deletes the records before offset 4: answered once both followers took the new log start
+(WalFetch v1, Kafka's DelayedDeleteRecords), low watermark 4. The leader then killed -9, the node elected next
+answers 4 as the earliest offset: the deleted records are never served again (they were, before the followers
+learnt the leader's log start)."""
 
 from __future__ import annotations
 
 from contextlib import ExitStack
 from pathlib import Path
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from etcd_cluster import EtcdCluster
 from serve_support import create_topics, eventually, no_traceback
@@ -49,5 +52,23 @@ def test_only_the_leader_of_a_replicated_partition_deletes_records(etcd1: EtcdCl
             assert consumer.get_watermark_offsets(TopicPartition("dr", 0), timeout=30) == (4, 10)
         finally:
             consumer.close()
-        for server in nodes:
+        nodes[leader - 1].proc.kill()
+        survivors = [s for i, s in enumerate(nodes, 1) if i != leader]
+        eventually("another node leads dr", lambda: described(survivors[0], "dr")[0][0] not in (leader, -1))
+        consumer = Consumer({"bootstrap.servers": bootstrap(survivors), "group.id": "dr"})
+        try:
+            eventually("the new leader's watermarks", lambda: _watermarks(consumer) is not None)
+            assert _watermarks(consumer) == (4, 10)
+        finally:
+            consumer.close()
+        for server in survivors:
             no_traceback(server)
+
+
+def _watermarks(consumer: Consumer) -> tuple[int, int] | None:
+    """(low, high) of ``dr``'s partition 0, None while its leadership moves (NOT_LEADER_OR_FOLLOWER)."""
+    try:
+        low, high = consumer.get_watermark_offsets(TopicPartition("dr", 0), timeout=30)
+    except KafkaException:
+        return None
+    return low, high

@@ -196,6 +196,9 @@ async def test_a_share_partition_first_read_on_a_leader_whose_hw_lags_its_epoch_
                 if any(p.fetch_version > end for p in request.partitions):
                     raise NodeUnreachable(f"node {node}: cut off (injected)")
                 return await link.call(node, request)
+
+            def version(self, node: int, api_key: int) -> int:
+                return link.version(node, api_key)
         monkeypatch.setattr(fetcher, "link", CutOff())
         await t.insert(1, 0)
         await until(lambda: t.isr_is({1}), "node 2 leaves the ISR (it never reports row 0 durable)")

@@ -491,12 +491,10 @@ async def test_every_error_code(etcd: EtcdCluster, tmp_path: Path) -> None:
         assert (below.error_code, below.log_start_version) == (ErrorCode.offset_out_of_range, wal.first_version)
 
 
-async def _native_below_log_start(p: Pair) -> tuple[str, str, int]:
-    """A Kafka-native topic (1 MiB segments) led by node 1, its first batch copied to node 2, which then stops
-    fetching it while the leader appends three 600 KiB batches (the last an idempotent producer's) and retention
-    deletes its first segment: (its database, the database's id, the leader's log start version), node 2's copy
-    ending below it."""
-    for side in (p.leader, p.follower):  # replicated as a cluster's catalog makes it: its copies start with no epoch
+async def _replicated_native(p: Pair) -> tuple[str, str]:
+    """:data:`TOPIC` (1 MiB segments) replicated on both nodes as a cluster's catalog makes it (its copies start with
+    no epoch), led by node 1 in epoch 1: (its database, the database's id)."""
+    for side in (p.leader, p.follower):
         await side.call(side.engine.cluster_mode, True)
         await side.call(side.engine.set_dnodes, (), {1: None, 2: None})
     _, records = await p.leader.call(p.leader.engine.staged, p.leader.engine.create_kafka_topic, TOPIC, 1,
@@ -505,9 +503,16 @@ async def _native_below_log_start(p: Pair) -> tuple[str, str, int]:
         for side in (p.leader, p.follower):
             assert await side.call(side.engine.apply_shared, seq, record)
     native = (await p.leader.call(p.leader.engine.topic, TOPIC)).db
-    db_id = await p.leader.db_id(native)
     await p.lead(native, 1, 1)
     (await p.leader.vnode(native, 0)).wal.leading = True
+    return native, await p.leader.db_id(native)
+
+
+async def _native_below_log_start(p: Pair) -> tuple[str, str, int]:
+    """:func:`_replicated_native`, its first batch copied to node 2, which then stops fetching it while the leader
+    appends three 600 KiB batches (the last an idempotent producer's) and retention deletes its first segment: (its
+    database, the database's id, the leader's log start version), node 2's copy ending below it."""
+    native, db_id = await _replicated_native(p)
     await p.leader.call(p.leader.engine.append_batches, TOPIC, 0, [encode_batch(0, [1], [None], [b"first"])])
     await p.caught_up()
     p.fetcher.unfollow((native, 0))
@@ -578,6 +583,39 @@ async def test_a_copy_the_disk_refuses_to_start_anew_is_started_at_a_later_fetch
         assert await p.fetcher.fetch_once() and followed.start_at is None
         await p.caught_up()
         await p.same_wals(native, 1)
+
+
+async def test_a_follower_takes_its_leaders_log_start_and_reports_its_own(
+        etcd: EtcdCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """WalFetch v1 (KIP-107): DeleteRecords on the leader moves the follower's log start with the next answer (at
+    most to what it holds, durably: a restart keeps it), and the fetch after reports it, which the leader's view
+    takes as the low watermark DeleteRecords waits for; with a leader whose registration advertises no v1 (an older
+    release's), v0 is sent and nothing of it is exchanged."""
+    async with pair(etcd, tmp_path) as p:
+        native, db_id = await _replicated_native(p)
+        for k in range(5):
+            await p.leader.call(p.leader.engine.append_batches, TOPIC, 0, [encode_batch(0, [k], [None], [b"%d" % k])])
+        await p.caught_up()
+        assert p.links.version(1, 10001) == 1
+        view = p.led.views[(db_id, 0)]
+        topic_id = (await p.leader.call(p.leader.engine.views.topic_id, TOPIC)).hex
+        assert view.low_watermark(topic_id, 0, lambda _: True) == 0
+        assert await p.leader.call(p.leader.engine.partitions.delete_records, TOPIC, 0, 3) == 3
+        assert await p.fetcher.fetch_once()
+        assert p.follower.engine.store.indexes[(TOPIC, 0)].start_offset == 3
+        assert await p.fetcher.fetch_once()
+        assert view.low_watermark(topic_id, 3, lambda _: True) == 3
+
+        monkeypatch.setattr(p.links, "version", lambda node, api_key: 0)  # a leader of an older release
+        assert await p.leader.call(p.leader.engine.partitions.delete_records, TOPIC, 0, 4) == 4
+        assert await p.fetcher.fetch_once() and await p.fetcher.fetch_once()
+        assert p.follower.engine.store.indexes[(TOPIC, 0)].start_offset == 3
+        assert view.followers[2].log_starts is None and view.low_watermark(topic_id, 4, lambda _: True) == 4
+        monkeypatch.undo()
+
+        await p.follower.call(p.follower.engine.close)  # the log start it took is durable
+        p.follower.engine = await p.follower.call(Engine.open, p.follower.data_dir / "data", node_id=2)
+        assert p.follower.engine.store.indexes[(TOPIC, 0)].start_offset == 3
 
 
 async def test_an_sql_vgroups_copy_below_the_leaders_log_start_is_no_longer_fetched(

@@ -240,6 +240,22 @@ def test_high_watermark_counts_durable_ends_and_needs_min_isr() -> None:
     assert alone.check_produce() == ErrorCode.not_enough_replicas
 
 
+def test_the_low_watermark_is_the_least_log_start_of_the_registered_replicas() -> None:
+    """KIP-107's DeleteRecords waits for it (Kafka's ``Partition.lowWatermarkIfLeader``): a registered replica that
+    has not fetched counts 0, one that reported no log starts (WalFetch v0) is not counted, one not registered is
+    not counted."""
+    lead = view({0: 7, 1: 8, 2: 9})
+    everyone = {0, 1, 2}.__contains__
+    assert lead.low_watermark("t", 5, everyone) == 0                          # replicas 1 and 2 never fetched
+    assert lead.on_fetch(1, 8, 8, 5, 10, 10, 10, 1, {"t": 5}) is None
+    assert lead.on_fetch(2, 9, 9, 5, 10, 10, 10, 1, {"t": 3, "u": 9}) is None
+    assert lead.low_watermark("t", 5, everyone) == 3
+    assert lead.low_watermark("u", 9, everyone) == 0                          # replica 1 holds u from 0
+    assert lead.low_watermark("t", 5, {0, 1}.__contains__) == 5               # replica 2 no longer registered
+    assert lead.on_fetch(2, 9, 9, 5, 10, 10, 10, 2) is None                   # an older release's fetch
+    assert lead.low_watermark("t", 5, everyone) == 5
+
+
 def test_isr_shrinks_after_the_lag_time_and_expands_when_caught_up() -> None:
     lead = view({0: 7, 1: 8, 2: 9})
     assert lead.on_fetch(1, 8, 8, 5, 10, 10, 10, 10) is None   # caught up at 10

@@ -180,7 +180,10 @@ class NodeInfo:
     base URL of its HTTP API, ``http``: None in a registration made before nodes forwarded SQL writes), its rack,
     the incarnation of its data dir, and whether it is in a controlled shutdown (``shutting_down``, KIP-631's
     ``inControlledShutdown``: still registered and serving, but neither elected leader nor admitted to an ISR;
-    the field is written only when true, so a registration reads the same to a node that does not know it)."""
+    the field is written only when true, so a registration reads the same to a node that does not know it), and
+    the highest version of each of walgate's internal APIs it answers (``internal``: api key -> version, as Kafka's
+    brokers register their supported features, KIP-584; written only when some are, so a registration of an older
+    release, which answers version 0 of each, reads as none: :meth:`internal_version`)."""
 
     node_id: int
     incarnation: str
@@ -188,12 +191,19 @@ class NodeInfo:
     rack: str | None = None
     http: str | None = None
     shutting_down: bool = False
+    internal: tuple[tuple[int, int], ...] = ()
+
+    def internal_version(self, api_key: int) -> int:
+        """The highest version of internal API ``api_key`` this node answers (0 when it advertises none)."""
+        return next((version for key, version in self.internal if key == api_key), 0)
 
     def encode(self) -> bytes:
         fields: dict[str, object] = {"node_id": self.node_id, "incarnation": self.incarnation,
                                      "endpoints": list(self.endpoints), "rack": self.rack, "http": self.http}
         if self.shutting_down:
             fields["shutting_down"] = True
+        if self.internal:
+            fields["internal"] = {str(key): version for key, version in self.internal}
         return json.dumps(fields, sort_keys=True).encode()
 
     @classmethod
@@ -204,9 +214,10 @@ class NodeInfo:
             shutting_down = d.get("shutting_down", False)
             if type(shutting_down) is not bool:
                 raise ValueError(f"shutting_down is {shutting_down!r}, not a boolean")
+            internal = tuple(sorted((int(key), int(version)) for key, version in d.get("internal", {}).items()))
             return cls(int(d["node_id"]), str(d["incarnation"]), tuple(str(e) for e in d["endpoints"]),
                        None if d["rack"] is None else str(d["rack"]), None if http is None else str(http),
-                       shutting_down)
+                       shutting_down, internal)
         except (ValueError, KeyError, TypeError, AttributeError) as e:  # (AttributeError: JSON, not an object)
             raise ControlPlaneError(f"a node registration in etcd is not walgate's: {value[:200]!r} ({e})") from e
 

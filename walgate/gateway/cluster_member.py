@@ -42,6 +42,7 @@ from walgate.cluster.model import (
 from walgate.cluster.registry import NodeRegistration, broker_epoch
 from walgate.gateway.node_tokens import NodeTokens
 from walgate.storage.show import Dnode
+from walgate.wire.internal import VERSIONS as INTERNAL_VERSIONS
 
 __all__ = ["ClusterMember", "ClusterStartError", "dnodes", "stop_tasks"]
 
@@ -159,7 +160,8 @@ class ClusterMember:
             incarnation = await asyncio.to_thread(load_or_create, self.data_dir)
         except IncarnationError as e:
             raise ClusterStartError(str(e)) from None
-        info = NodeInfo(self.node_id, incarnation, endpoints, rack=rack, http=http)
+        info = NodeInfo(self.node_id, incarnation, endpoints, rack=rack, http=http,
+                        internal=tuple((key, high) for key, (_, high) in sorted(INTERNAL_VERSIONS.items())))
         registration = NodeRegistration(self.session, self.keys, info, ttl=self.ttl)
         try:
             await registration.register()

@@ -55,11 +55,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import datetime
 import functools
 import logging
 import uuid
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -78,14 +79,19 @@ __all__ = ["FollowedVnode", "Link", "ReplicaFetcher", "finish_cut", "followed_hw
 log = logging.getLogger("walgate.replication")
 
 _WAL_FETCH = 10001
-_REQUEST: Any = request_class(_WAL_FETCH, 0)
-_PARTITION: Any = next(f.entity for f in fields_of(_REQUEST) if f.name == "partitions")
+_REQUESTS: Any = {v: request_class(_WAL_FETCH, v) for v in (0, 1)}
+_PARTITIONS: Any = {v: next(f.entity for f in fields_of(cls) if f.name == "partitions") for v, cls in _REQUESTS.items()}
+_LOG_START: Any = next(f.entity for f in fields_of(_PARTITIONS[1]) if f.name == "log_starts")
 
 
 class Link(Protocol):
     def call(self, node: int, request: Any) -> Awaitable[Any]:
         """Send ``request`` to ``node`` as this node; its decoded response (:meth:`NodeLinks.call
         <walgate.gateway.kafka.node_links.NodeLinks.call>`, which raises NodeUnreachable)."""
+
+    def version(self, node: int, api_key: int) -> int:
+        """The version of internal API ``api_key`` to send ``node`` (:meth:`NodeLinks.version
+        <walgate.gateway.kafka.node_links.NodeLinks.version>`)."""
 
 
 @dataclass
@@ -119,6 +125,7 @@ class _Position:
     last_fetched_epoch: int
     durable_version: int
     epochless: bool = False  # entries in its WAL, no leader epoch known for them: cut to the HW before fetching
+    log_starts: Mapping[uuid.UUID, int] = dataclasses.field(default_factory=dict)  # its topics' log starts past 0
 
 
 def followed_hw(vnode: FollowedVnode, _end: int, _durable: int) -> int:
@@ -137,9 +144,11 @@ def _position(engine: Engine, db: str, vgroup: int) -> _Position:
     whose cut at the WAL's end drops the empty epoch (:func:`walgate.storage.truncation.truncate_vnode`)."""
     vnode = engine.store.local_vnode(db, vgroup)
     wal = vnode.wal
+    starts = engine.views.log_starts(db, vgroup)
     if vnode.epochs.entries:
-        return _Position(wal.next_version, vnode.epochs.latest_epoch, wal.durable_version)
-    return _Position(wal.next_version, -1, wal.durable_version, epochless=wal.next_version != wal.first_version)
+        return _Position(wal.next_version, vnode.epochs.latest_epoch, wal.durable_version, log_starts=starts)
+    return _Position(wal.next_version, -1, wal.durable_version, epochless=wal.next_version != wal.first_version,
+                     log_starts=starts)
 
 
 def _positions(engine: Engine, vnodes: list[FollowedVnode]) -> list[_Position | StorageError]:
@@ -273,13 +282,17 @@ class ReplicaFetcher:
         if not fetched:
             return False
         vnodes, positions = [v for v, _ in fetched], [p for _, p in fetched]
-        request = _REQUEST(
+        version = self.link.version(self.source, _WAL_FETCH)  # (v1: log starts, to a leader that answers it)
+        request = _REQUESTS[version](
             replica_id=self.node_id, broker_epoch=self.broker_epoch,
             max_wait=datetime.timedelta(milliseconds=self.max_wait_ms), min_bytes=self.min_bytes,
             max_bytes=self.max_bytes, partitions=tuple(
-                _PARTITION(db_id=uuid.UUID(v.db_id), vgroup=v.vgroup, current_leader_epoch=v.leader_epoch,
-                           fetch_version=p.fetch_version, last_fetched_epoch=p.last_fetched_epoch,
-                           durable_version=p.durable_version, partition_max_bytes=self.partition_max_bytes)
+                _PARTITIONS[version](
+                    db_id=uuid.UUID(v.db_id), vgroup=v.vgroup, current_leader_epoch=v.leader_epoch,
+                    fetch_version=p.fetch_version, last_fetched_epoch=p.last_fetched_epoch,
+                    durable_version=p.durable_version, partition_max_bytes=self.partition_max_bytes,
+                    **({"log_starts": tuple(_LOG_START(topic_id=t, start_offset=o) for t, o in p.log_starts.items())}
+                       if version >= 1 else {}))
                 for v, p in zip(vnodes, positions)))
         try:
             response = await self.link.call(self.source, request)
@@ -293,7 +306,8 @@ class ReplicaFetcher:
             if self.followed.get(v.key) is not v:  # unfollowed or followed anew meanwhile: the answer is stale
                 continue
             answer = by_key.get((uuid.UUID(v.db_id), v.vgroup))
-            self._settle(v, ErrorCode.unknown_server_error if answer is None else await self._apply(v, p, answer))
+            self._settle(v, ErrorCode.unknown_server_error if answer is None else await self._apply(
+                v, p, answer, version))
             well = well and v.error == ErrorCode.none
         return well
 
@@ -365,8 +379,8 @@ class ReplicaFetcher:
                         cut, self.source)
         self._settle(v, ErrorCode.none)
 
-    async def _apply(self, v: FollowedVnode, p: _Position, answer: Any) -> int:
-        """Apply one vnode's answer (the module docstring); the error to keep."""
+    async def _apply(self, v: FollowedVnode, p: _Position, answer: Any, version: int) -> int:
+        """Apply one vnode's answer (the module docstring; ``version``: the request's); the error to keep."""
         code = int(answer.error_code)
         if code == ErrorCode.offset_out_of_range and p.fetch_version < answer.log_start_version:
             v.start_at = int(answer.log_start_version)  # (started before the next fetch: fetch_once)
@@ -401,6 +415,10 @@ class ReplicaFetcher:
             if v.high_watermark > known:  # consumers' long polls on this follower (KIP-392) read what it now serves
                 await self.storage.call_on(frozenset([v.key]), functools.partial(self.engine.store.records_visible,
                                                                                  v.key))
+            starts = {} if version < 1 else {t.topic_id: t.start_offset for t in answer.log_starts}
+            if any(p.log_starts.get(t, 0) < o for t, o in starts.items()):  # (KIP-107: DeleteRecords' on the leader)
+                await self.storage.call_on(frozenset([v.key]), functools.partial(
+                    self.engine.views.follow_log_starts, v.db, v.vgroup, starts))
             return ErrorCode.none
         except (StorageError, ValueError) as e:  # refused (EntriesRefused is both): nothing written, fetched again
             log.warning("vnode %d of database %s: the answer of node %d was not applied: %s", v.vgroup, v.db,

@@ -12,7 +12,7 @@ write survives the crash of every replica that acknowledged it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from walgate.replication.partition import AlterIsr, IsrMember, PartitionState, check_leader_epoch, same_incarnation
@@ -31,6 +31,9 @@ class FollowerState:
     last_caught_up_ms: int
     last_fetch_ms: int
     last_fetch_leader_end: int
+    log_starts: Mapping[str, int] | None = None  # each topic's log start offset DeleteRecords set on the follower,
+    # by topic id (hex; a topic absent: 0), as its last fetch reported them (Kafka's Replica.logStartOffset,
+    # KIP-107); None: its fetches do not report them (WalFetch v0, an older release)
 
 
 def hw_position(fetched_end: int, durable_end: int) -> int:
@@ -132,8 +135,10 @@ class LeaderView:
         return None
 
     def on_fetch(self, follower: int, broker_epoch: int, registered_epoch: int | None, leader_epoch: int,
-                 fetch_offset: int, durable_end: int, log_end: int, now_ms: int) -> ErrorCode | None:
-        """Validate and record a follower's fetch; None when the leader sends it entries from ``fetch_offset``.
+                 fetch_offset: int, durable_end: int, log_end: int, now_ms: int,
+                 log_starts: Mapping[str, int] | None = None) -> ErrorCode | None:
+        """Validate and record a follower's fetch (``log_starts``: the log starts it reports, :class:`FollowerState`);
+        None when the leader sends it entries from ``fetch_offset``.
 
         * a leader epoch other than this one: FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH (KIP-320);
         * not a replica of the partition: NOT_LEADER_OR_FOLLOWER;
@@ -158,7 +163,24 @@ class LeaderView:
             known.last_caught_up_ms = max(known.last_caught_up_ms, known.last_fetch_ms)
         known.fetched_end, known.durable_end = fetch_offset, min(durable_end, fetch_offset)
         known.last_fetch_ms, known.last_fetch_leader_end = now_ms, log_end
+        known.log_starts = log_starts
         return None
+
+    def low_watermark(self, topic_id: str, own: int, alive: Callable[[int], bool]) -> int:
+        """Topic ``topic_id``'s low watermark over the partition's replicas (Kafka's ``Partition.lowWatermarkIfLeader``,
+        what DeleteRecords waits for, KIP-107): the least of this leader's log start ``own`` and the log start each
+        other replica that is ``alive`` (registered) reported with its last fetch (0 before it fetched: it has not
+        learnt the leader's); a follower whose fetches report none (an older release's) is not counted."""
+        low = own
+        for replica in self.state.replicas:
+            if replica == self.replica or not alive(replica):
+                continue
+            known = self.followers.get(replica)
+            if known is None:
+                return 0
+            if known.log_starts is not None:
+                low = min(low, known.log_starts.get(topic_id, 0))
+        return low
 
     def _position(self, member: IsrMember, log_end: int, durable_end: int) -> int | None:
         if member.replica == self.replica:

@@ -18,7 +18,7 @@ import re
 import shutil
 import uuid
 from bisect import bisect_left, bisect_right
-from collections.abc import Callable, Container, Iterable, Iterator
+from collections.abc import Callable, Container, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 import pyarrow.compute as pc
@@ -356,6 +356,28 @@ class TopicViews:
 
     def topic_id(self, name: str) -> uuid.UUID | None:
         return self.store.topic_uuids.get(name)
+
+    def log_starts(self, db: str, index: int) -> dict[uuid.UUID, int]:
+        """Each topic over vnode ``index`` of database ``db`` whose log start offset is past 0: its id -> that offset
+        (what a replica of the vnode tells the others: KIP-107's log start, DeleteRecords' or retention's)."""
+        out: dict[uuid.UUID, int] = {}
+        for name in [t.name for t in self.store.catalog.topics.values() if t.db == db]:
+            idx, topic_id = self.store.indexes.get((name, index)), self.topic_id(name)
+            if idx is not None and topic_id is not None and idx.start_offset > 0:
+                out[topic_id] = idx.start_offset
+        return out
+
+    def follow_log_starts(self, db: str, index: int, starts: Mapping[uuid.UUID, int]) -> None:
+        """A follower of vnode ``index`` of database ``db`` takes its leader's log starts ``starts`` (by topic id,
+        :meth:`log_starts`), as Kafka's follower takes the one each fetch answer carries
+        (``UnifiedLog.maybeIncrementLogStartOffset``): each topic's log start moves there when that is past its own,
+        at most to its own end offset (what it holds), durably (:meth:`OffsetIndex.advance_start`; StorageUnavailable
+        when the disk refuses, that topic's and the later ones' taken again with the next answer)."""
+        for name in [t.name for t in self.store.catalog.topics.values() if t.db == db]:
+            idx, topic_id = self.store.indexes.get((name, index)), self.topic_id(name)
+            target = None if idx is None or topic_id is None else min(starts.get(topic_id, 0), idx.end_offset)
+            if idx is not None and target is not None and target > idx.start_offset:
+                idx.advance_start(target)
 
     def watermarks(self, topic: str, partition: int) -> tuple[int, int]:
         """(log start offset, high watermark) of a topic-partition: the high watermark stops at the first record not

@@ -3059,8 +3059,16 @@ class DeleteShareGroupOffsetsResponse(TypedDict, total=False):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class WalFetchRequestTopicLogStart:
+    """In WalFetchRequest, v0-v1: a request view (see the module doc)."""
+
+    topic_id: uuid.UUID | None = None  # v1+
+    start_offset: int = 0  # v1+
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class WalFetchPartition:
-    """In WalFetchRequest, v0-v0: a request view (see the module doc)."""
+    """In WalFetchRequest, v0-v1: a request view (see the module doc)."""
 
     db_id: uuid.UUID | None = None
     vgroup: int = 0
@@ -3069,11 +3077,12 @@ class WalFetchPartition:
     last_fetched_epoch: int = -1
     durable_version: int = -1
     partition_max_bytes: int = 0
+    log_starts: tuple[WalFetchRequestTopicLogStart, ...] = ()  # v1+
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WalFetchRequest:
-    """WalFetchRequest (key 10001), v0-v0: a request view (see the module doc)."""
+    """WalFetchRequest (key 10001), v0-v1: a request view (see the module doc)."""
 
     replica_id: int = 0
     broker_epoch: int = -1
@@ -3084,14 +3093,21 @@ class WalFetchRequest:
 
 
 class WalFetchResponseEpochEndVersion(TypedDict, total=False):
-    """In WalFetchResponse, v0-v0: response fields (see the module doc)."""
+    """In WalFetchResponse, v0-v1: response fields (see the module doc)."""
 
     epoch: int
     end_version: int
 
 
+class WalFetchResponseTopicLogStart(TypedDict, total=False):
+    """In WalFetchResponse, v0-v1: response fields (see the module doc)."""
+
+    topic_id: Required[uuid.UUID | None]  # v1+
+    start_offset: Required[int]  # v1+
+
+
 class WalFetchPartitionData(TypedDict, total=False):
-    """In WalFetchResponse, v0-v0: response fields (see the module doc)."""
+    """In WalFetchResponse, v0-v1: response fields (see the module doc)."""
 
     db_id: Required[uuid.UUID | None]
     vgroup: Required[int]
@@ -3102,10 +3118,11 @@ class WalFetchPartitionData(TypedDict, total=False):
     diverging_epoch: Required[WalFetchResponseEpochEndVersion]
     entries_epoch: int
     entries: Required[Records | None]
+    log_starts: Required[Sequence[WalFetchResponseTopicLogStart]]  # v1+
 
 
 class WalFetchResponse(TypedDict, total=False):
-    """WalFetchResponse (key 10001), v0-v0: response fields (see the module doc)."""
+    """WalFetchResponse (key 10001), v0-v1: response fields (see the module doc)."""
 
     throttle_time: Required[int | datetime.timedelta]
     partitions: Required[Sequence[WalFetchPartitionData]]
@@ -3173,7 +3190,7 @@ VERSIONS: Final[dict[int, tuple[int, int]]] = {
     90: (0, 1),
     91: (0, 0),
     92: (0, 0),
-    10001: (0, 0),
+    10001: (0, 1),
 }
 """Api key -> (min, max) version this module was generated for (``protocol.WIRE_VERSIONS`` then)."""
 REQUESTS: Final[dict[int, type]] = {
@@ -3466,6 +3483,9 @@ ENTITIES: Final[dict[type, dict[str, type]]] = {
     },
     DeleteShareGroupOffsetsRequest: {
         "topics": DeleteShareGroupOffsetsRequestTopic,
+    },
+    WalFetchPartition: {
+        "log_starts": WalFetchRequestTopicLogStart,
     },
     WalFetchRequest: {
         "partitions": WalFetchPartition,

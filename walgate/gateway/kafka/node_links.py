@@ -39,6 +39,7 @@ from walgate.gateway.cluster_member import ClusterMember
 from walgate.security.node_token import NODE_MECHANISM, node_password, node_user
 from walgate.security.scram import ScramClient
 from walgate.wire.errors import ErrorCode
+from walgate.wire.internal import VERSIONS as INTERNAL_VERSIONS
 from walgate.wire.protocol import encode_request, response_class
 
 __all__ = ["NodeLinks", "NodeUnreachable"]
@@ -65,6 +66,13 @@ class NodeLinks:
         self._streams: dict[int, _Stream] = {}
         self._locks: dict[int, asyncio.Lock] = {}
         self._correlation_id = 0
+
+    def version(self, node: int, api_key: int) -> int:
+        """The version of internal API ``api_key`` to send node ``node``: the highest both it (as its registration
+        advertises, :meth:`NodeInfo.internal_version <walgate.cluster.model.NodeInfo.internal_version>`: 0 for a
+        node of an older release, or one not registered now) and this node answer."""
+        info = next((n for n in self.member.view.nodes if n.node_id == node), None)
+        return min(INTERNAL_VERSIONS[api_key][1], 0 if info is None else info.internal_version(api_key))
 
     async def call(self, node: int, request: Any) -> Any:
         """Send kio request ``request`` to node ``node``; its decoded response. Raises :class:`NodeUnreachable`, whatever

@@ -5,13 +5,15 @@ Each API is described by Kafka message-JSON descriptors beside this module (``<N
 own descriptors are, so that :mod:`walgate.wire.protocol` decodes and encodes them, and
 :mod:`walgate.wire.messages_gen` generates their typed views, like any API's. Their api keys are above Kafka's
 (10000 and up), so that no Kafka client's request is ever read as one; ApiVersions never lists them
-(:func:`walgate.gateway.kafka.handlers.advertised`).
+(:func:`walgate.gateway.kafka.handlers.advertised`): a node's registration names the highest version of each it
+answers (:attr:`NodeInfo.internal <walgate.cluster.model.NodeInfo.internal>`), and a node sends another the highest
+both answer, so nodes of two releases work together during a rolling upgrade.
 
 =========  =======  ========  ======================================================================
 api key    name     versions  what
 =========  =======  ========  ======================================================================
-10001      WalFetch 0         a follower copies its leader's WAL entries (docs/plans/replication-wiring.md,
-                              step 4; :mod:`walgate.gateway.kafka.handlers.wal_fetch`)
+10001      WalFetch 0-1       a follower copies its leader's WAL entries (docs/plans/replication-wiring.md,
+                              step 4; :mod:`walgate.gateway.kafka.handlers.wal_fetch`); v1: topics' log starts
 =========  =======  ========  ======================================================================
 """
 

@@ -6,13 +6,19 @@ OFFSET_OUT_OF_RANGE (Kafka's ``UnifiedLog.deleteRecordsOnLeader``: records not c
 partition answers its own error (:mod:`.common`'s table). Leadership as ListOffsets'
 (:class:`~walgate.gateway.kafka.leaders.Reads`): a replicated partition (issue 25) only on its leader, else
 NOT_LEADER_OR_FOLLOWER (the Admin client asks Metadata again), so a follower's copy never moves its log start by
-itself.
+itself. Its followers take the leader's log start from their next WalFetch answer and report theirs with the fetch
+after (WalFetch v1); the leader answers once every other replica that is registered reported a log start at least
+the new one (Kafka's ``DelayedDeleteRecords`` on ``Partition.lowWatermarkIfLeader``), with that low watermark, or
+REQUEST_TIMED_OUT after the request's ``timeout_ms`` (the leader's log start moved; a failover before the followers
+took it may serve the records again), so that a failover after the answer never serves the deleted records again.
 
 ACLs (as Kafka): Delete on the topic, else TOPIC_AUTHORIZATION_FAILED in its partitions.
 """
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Callable
 
 from walgate.gateway.audit import audit_kafka
@@ -31,6 +37,8 @@ from walgate.wire.messages import (
 )
 
 API_KEY, MIN_VERSION, MAX_VERSION = 21, 0, 2
+_POLL_S = 0.02
+"""How often a DeleteRecords of replicated partitions looks at their followers' log starts (an admin request)."""
 
 
 def _one(engine: Engine, reads: Reads, topic: str, partition: int, offset: int) -> DeleteRecordsPartitionResult:
@@ -51,10 +59,49 @@ def _delete(engine: Engine, request: DeleteRecordsRequest, deletable: Callable[[
     ]
 
 
+def _low_watermarks(engine: Engine, broker: Broker, deleted: list[tuple[str, int, int]]) -> list[int | None]:
+    """Each deleted partition's low watermark over its replicas (:meth:`LeaderView.low_watermark
+    <walgate.replication.leader.LeaderView.low_watermark>`), None for one not replicated or not led here now. On the
+    partitions' lanes (the views' owners)."""
+    reads, led = Reads(broker), broker.led
+    out: list[int | None] = []
+    for topic, partition, start in deleted:
+        view, topic_id = reads.leader_view(topic, partition), engine.views.topic_id(topic)
+        alive = (lambda r: led.registered_epoch(r) is not None) if led is not None else (lambda _: False)
+        out.append(None if view is None or topic_id is None else view.low_watermark(topic_id.hex, start, alive))
+    return out
+
+
+async def _replicated(broker: Broker, topics: list[DeleteRecordsTopicResult], timeout_s: float) -> None:
+    """Wait, at most ``timeout_s``, until each replicated partition deleted here reached its new log start on every
+    registered replica (the module docstring), polled every :data:`_POLL_S`; its answer's low watermark is then
+    that, or REQUEST_TIMED_OUT."""
+    deleted = [(t["name"], p, int(p["low_watermark"])) for t in topics for p in t["partitions"]
+               if p["error_code"] == ErrorCode.none]
+    if broker.led is None or not deleted:
+        return
+    keys = [(name, p["partition_index"]) for name, p, _ in deleted]
+    asked = [(name, p["partition_index"], start) for name, p, start in deleted]
+    deadline = time.monotonic() + timeout_s
+    while True:
+        lows = await broker.call_on(lambda known: partition_keys(known, keys), _low_watermarks, broker, asked)
+        if all(low is None or low >= start for low, (_, _, start) in zip(lows, asked)):
+            for low, (_, p, _) in zip(lows, deleted):
+                p["low_watermark"] = p["low_watermark"] if low is None else low
+            return
+        if time.monotonic() >= deadline:
+            for low, (_, p, start) in zip(lows, deleted):
+                if low is not None and low < start:
+                    p["error_code"], p["low_watermark"] = ErrorCode.request_timed_out, -1
+            return
+        await asyncio.sleep(_POLL_S)
+
+
 async def handle(broker: Broker, ctx: RequestContext, request: DeleteRecordsRequest) -> DeleteRecordsResponse:
     keys = [(t.name, p.partition_index) for t in request.topics for p in t.partitions]
     topics = await broker.call_on(lambda known: partition_keys(known, keys), _delete, request,
                                   checker(broker, ctx, Operation.DELETE, ResourceType.TOPIC), broker)
+    await _replicated(broker, topics, request.timeout.total_seconds())
     for t, asked in zip(topics, request.topics):
         for p, a in zip(t["partitions"], asked.partitions):
             audit_kafka(ctx, "DeleteRecords", f"topic {t['name']} partition {p['partition_index']} before offset {a.offset}",

@@ -1,5 +1,6 @@
-"""WalFetch (internal key 10001) v0: a follower copies its leader's WAL entries (docs/plans/replication-wiring.md,
-step 4), never advertised in ApiVersions.
+"""WalFetch (internal key 10001) v0-v1: a follower copies its leader's WAL entries (docs/plans/replication-wiring.md,
+step 4), never advertised in ApiVersions (a node's registration names the versions it answers,
+:meth:`NodeLinks.version <walgate.gateway.kafka.node_links.NodeLinks.version>`).
 
 Only a cluster node may send it (Kafka's ClusterAction on the cluster, as for a replica's Fetch: a connection
 authenticated with the node token, :mod:`walgate.gateway.kafka.node_auth`), and only as itself: a client, any
@@ -30,6 +31,10 @@ Per vnode, in the request's order, on the vnode's lane:
   start of the next leader epoch, all of ``entries_epoch``: more than one only within ``partition_max_bytes`` and
   what is left of ``max_bytes``; at least one (whatever its size) until a vnode before it in the request has
   entries, none after once nothing is left; with the high watermark (a WAL version) and the log start;
+* v1 (KIP-107's log start offsets): every answer carries the log start offset of each topic over the vnode whose log
+  start is past 0 (DeleteRecords', retention's), which the follower takes, and a fetch records the ones the follower
+  reports in its view (:meth:`LeaderView.low_watermark <walgate.replication.leader.LeaderView.low_watermark>`:
+  what DeleteRecords waits for);
 * none at all, the fetch recorded as above, for a follower outside the ISR of a vnode the leader's replication
   throttle holds back (KIP-73: :meth:`ReplicationTraffic.hold_leader
   <walgate.gateway.replication_traffic.ReplicationTraffic.hold_leader>`); the entry bytes answered are counted there.
@@ -63,14 +68,14 @@ from walgate.storage.vnode import Vnode
 from walgate.wire.errors import ErrorCode
 from walgate.wire.messages import WalFetchPartition, WalFetchPartitionData, WalFetchRequest, WalFetchResponse
 
-API_KEY, MIN_VERSION, MAX_VERSION = 10001, 0, 0
+API_KEY, MIN_VERSION, MAX_VERSION = 10001, 0, 1
 
 _NOT_DIVERGING = {"epoch": -1, "end_version": -1}
 
 
 def _answer(p: WalFetchPartition, code: int, **fields: object) -> WalFetchPartitionData:
     return {"db_id": p.db_id, "vgroup": p.vgroup, "error_code": code, "diverging_epoch": dict(_NOT_DIVERGING),
-            "entries": None, **fields}  # type: ignore[typeddict-item]
+            "entries": None, "log_starts": [], **fields}  # type: ignore[typeddict-item]
 
 
 def _entries_epoch(vnode: Vnode, version: int) -> tuple[int, int]:
@@ -86,8 +91,8 @@ def _entries_epoch(vnode: Vnode, version: int) -> tuple[int, int]:
 
 
 def _partition(engine: Engine, led: LedVnodes, request: WalFetchRequest, p: WalFetchPartition, db: str | None,
-               limit: int, now_ms: int) -> WalFetchPartitionData:
-    """One vnode's answer (the module docstring), on its lane."""
+               limit: int, now_ms: int, version: int) -> WalFetchPartitionData:
+    """One vnode's answer (the module docstring; ``version``: the request's), on its lane."""
     if db is None or p.db_id is None:
         return _answer(p, ErrorCode.not_leader_or_follower)
     view = led.leader_view(p.db_id.hex, p.vgroup)
@@ -98,7 +103,10 @@ def _partition(engine: Engine, led: LedVnodes, request: WalFetchRequest, p: WalF
     except (NotHere, LaneViolation):  # (a database made since the keys were taken: the follower asks again)
         return _answer(p, ErrorCode.not_leader_or_follower)
     wal = vnode.wal
-    known = {"leader_epoch": view.leader_epoch, "log_start_version": wal.first_version, "high_watermark": view.hw}
+    known: dict[str, object] = {"leader_epoch": view.leader_epoch, "log_start_version": wal.first_version,
+                                "high_watermark": view.hw, "log_starts": [
+                                    {"topic_id": t, "start_offset": o} for t, o in engine.views.log_starts(
+                                        db, p.vgroup).items()]}
     registered = led.registered_epoch(request.replica_id)
     error = check_leader_epoch(view.leader_epoch, p.current_leader_epoch) or view.check_follower(
         request.replica_id, request.broker_epoch, registered)
@@ -113,8 +121,9 @@ def _partition(engine: Engine, led: LedVnodes, request: WalFetchRequest, p: WalF
         if end.epoch < p.last_fetched_epoch or end.end_offset < p.fetch_version:
             return _answer(p, ErrorCode.none, **known,
                            diverging_epoch={"epoch": end.epoch, "end_version": end.end_offset})
+    reported = None if version < 1 else {t.topic_id.hex: t.start_offset for t in p.log_starts if t.topic_id}
     error = view.on_fetch(request.replica_id, request.broker_epoch, registered, p.current_leader_epoch,
-                          p.fetch_version, p.durable_version, wal.next_version, now_ms)
+                          p.fetch_version, p.durable_version, wal.next_version, now_ms, reported)
     if error is not None:
         return _answer(p, error, **known)
     known["high_watermark"] = view.update_hw(wal.next_version, wal.durable_version)
@@ -133,7 +142,7 @@ def _partition(engine: Engine, led: LedVnodes, request: WalFetchRequest, p: WalF
 
 
 def _read(engine: Engine, led: LedVnodes, request: WalFetchRequest, names: Sequence[str | None],
-          held_back: frozenset[int], now_ms: int) -> list[WalFetchPartitionData]:
+          held_back: frozenset[int], now_ms: int, version: int) -> list[WalFetchPartitionData]:
     """Every vnode's answer, in order; ``max_bytes`` shared: each vnode's limit is the least of its
     ``partition_max_bytes`` and what is left, until a vnode has entries at least one batch (as Kafka's
     ``ReplicaManager.readFromLog``, ``minOneMessage``); none for the vnodes (their indexes) ``held_back`` by the
@@ -145,7 +154,7 @@ def _read(engine: Engine, led: LedVnodes, request: WalFetchRequest, names: Seque
         limit = min(p.partition_max_bytes, left)
         limit = 0 if i in held_back else limit if sent else max(1, limit)
         try:
-            answer = _partition(engine, led, request, p, db, limit, now_ms)
+            answer = _partition(engine, led, request, p, db, limit, now_ms, version)
         except Exception as exc:  # noqa: BLE001 - answered per vnode, the others go on
             answer = _answer(p, error_of(exc))
         size = _size(answer)
@@ -217,7 +226,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: WalFetchRequest) 
         try:
             held_back = frozenset() if traffic is None else _held_back(traffic, led, request, names)
             answers = await broker.call_on(lambda _: held, _read, led, request, names, held_back,
-                                           int(time.monotonic() * 1000))
+                                           int(time.monotonic() * 1000), ctx.api_version)
             if _enough(answers, request.min_bytes) or loop.time() >= deadline:
                 if traffic is not None:
                     _count(traffic, led, request, names, answers)
