@@ -38,7 +38,8 @@ async def _entries(t: Trio, node_id: int, start: int) -> list[Any]:
 
 
 async def test_a_deposed_leaders_drop_and_create_are_cut_after_retention_and_it_rejoins_the_isr(
-        etcd: EtcdCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+        etcd: EtcdCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,  # noqa: F811
+        caplog: pytest.LogCaptureFixture) -> None:
     async with trio(etcd, tmp_path, monkeypatch) as t:
         node = t.nodes[1]
         vnode = await node.side.vnode(DB, 0)
