@@ -452,31 +452,32 @@ class MetaStore:
     def write(self, dropped_stables: Mapping[str, int], tables: Iterable[TableDef], covered: int, live: int,
               durable: bool = False, bodies: Mapping[str, bytes] | None = None, forget: Sequence[str] = (),
               ofs: Ofs | None = None, undo: Sequence[Undo] = (), trim: int | None = None) -> int:
-        """In one transaction: mark every subtable of ``dropped_stables`` (name -> the WAL version of its drop)
-        dropped, then put ``tables`` (replacing rows of the same name), then delete the rows named in ``forget``,
-        then record ``covered``, the count of live tables (``live`` less those this marked dropped, whose number it
-        returns) and those of ``ofs`` below ``covered`` (None: the store's). ``bodies``: the :func:`def_body` of
-        some of ``tables`` by name, already encoded (a table's must be that of the table given).
+        """In one transaction: mark dropped every live subtable of ``dropped_stables`` (name -> the WAL version of
+        its drop) but those ``undo`` holds a before-image of from before that drop (an entry between changed them,
+        the caller counted their drop and puts them among ``tables``), then put ``tables`` (replacing rows of the
+        same name), then delete the rows named in ``forget``, then record ``covered``, the count of live tables
+        (``live`` less those this marked dropped, whose number it returns) and those of ``ofs`` below ``covered``
+        (None: the store's). ``bodies``: the :func:`def_body` of some of ``tables`` by name, already encoded (a
+        table's must be that of the table given).
 
         The undo journal (a journaled store's) takes the before-images ``undo`` of the entries applied since the
-        last write and, of each subtable this marks dropped, its row (at the version of its supertable's drop;
-        unless ``undo`` holds an earlier before-image of it: an entry between changed it, and its before-image at
-        the drop is among ``undo``), then loses those of entries below ``trim`` (None: none lost; a cut never goes
-        below it from now on) and at or after ``covered``, its :attr:`undo_from` then ``trim`` when that is higher
-        (capped by ``covered``). Nothing is written when it raises. With ``durable``, the transaction and every one
+        last write (in WAL order) and, of each subtable this marks dropped, its row at its supertable's drop, then
+        loses those of entries below ``trim`` (None: none lost; a cut never goes below it from now on) and at or
+        after ``covered``, its :attr:`undo_from` then ``trim`` when that is higher (capped by ``covered``). Nothing
+        is written when it raises. With ``durable``, the transaction and every one
         before it are on disk (fsynced) when it returns; without, they may be lost with the machine."""
         gone = dropped_stables
-        live_then = [(at, t) for t in self.all() if (at := gone.get(t.stable or "")) is not None
-                     and not t.dropped] if gone else []
+        first: dict[str, int] = {}  # the version of each row's earliest before-image among ``undo``
+        for u in undo:
+            first.setdefault(u.before.name, u.version)
+        live_then = [(at, t) for t in self.all() if (at := gone.get(t.stable or "")) is not None and not t.dropped
+                     and first.get(t.name, at) >= at] if gone else []
         drops = [replace(t, dropped=True) for _, t in live_then]
         undo_from, records = self.undo_from, []
         if self.journaled:
             undo_from = min(covered, undo_from if trim is None else max(undo_from, trim))
-            first: dict[str, int] = {}
-            for u in undo:
-                first.setdefault(u.before.name, u.version)
-            records = [(u.version, encode_undo(u)) for u in (*undo, *(
-                Undo(at, t) for at, t in live_then if first.get(t.name, at) >= at)) if undo_from <= u.version < covered]
+            records = [(u.version, encode_undo(u)) for u in (*undo, *(Undo(at, t) for at, t in live_then))
+                       if undo_from <= u.version < covered]
         # encoded before the transaction; executemany then steps through C iterators, calling no Python per row,
         # over lists of untracked objects (a list of row tuples costs the garbage collector more than it saves)
         ordered = [*drops, *sorted(tables, key=_name)]

@@ -55,7 +55,7 @@ import crc32c
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from walgate.storage import fileio, lines
+from walgate.storage import fileio, hw_checkpoint, lines
 from walgate.storage.catalog import DatabaseDef, StableDef, column_from_json
 from walgate.storage.clock import SYSTEM_CLOCK, Clock
 from walgate.storage.damage import DamageLog
@@ -140,6 +140,8 @@ class Vnode:
         self.dir = directory
         self.wal = wal
         self.damage = damage
+        # a replica's (its high watermark checkpointed by a replica manager: walgate.gateway.replicas) before it opened
+        self._replica = (directory / hw_checkpoint.HW_FILE).exists()
         self._store = self._open_store(whole_store)
         # (WAL version, cluster catalog record) of each ALTER/DROP STABLE meta entry applied that names its record
         # (``of``), in WAL order: the store's (``ofs``) and those applied since (see latest_of)
@@ -593,9 +595,10 @@ class Vnode:
     def _undo_trim(self) -> int | None:
         """The WAL version below which no cut goes from now on, so the undo journal need not keep the before-images
         of entries below it: the high watermark (:attr:`Wal.visible_version`; a single node's: what it serves); None
-        for a replicated vnode whose high watermark this engine was not given yet (just opened: its visible version
-        would include a divergent tail)."""
-        if self.wal.replication is None and self.db.replication_factor > 1:
+        for a replica (of a replicated database, or one whose high watermark a replica manager checkpointed) whose
+        high watermark this engine was not given yet (just opened: its visible version would include a divergent
+        tail)."""
+        if self.wal.replication is None and (self.db.replication_factor > 1 or self._replica):
             return None
         return self.wal.visible_version
 
