@@ -6,7 +6,7 @@ The WAL's meta entries stay the source of truth: the store records the WAL versi
 below it is applied) and is rebuilt from the WAL when it is missing, damaged or ahead of the WAL.
 
 Format: a SQLite database (Python's ``sqlite3``) in WAL mode (``meta.db-wal`` and ``meta.db-shm`` beside it while
-it is open; SQLite folds them in and removes them at a clean close) of two tables. A write is one transaction, and a
+it is open; SQLite folds them in and removes them at a clean close) of three tables. A write is one transaction, and a
 killed one is rolled back at the next open. Writes are ``synchronous=NORMAL``: committed, not fsynced, so a power
 loss may take the last writes back to an earlier consistent store, which covers an earlier WAL version (the rows and
 the covered version are one transaction); the vnode replays the WAL's meta entries from there, as after any open.
@@ -36,7 +36,22 @@ tests do) may read and write, and this one's next write may then be refused as a
 * ``covered(id = 0, line)``: the covered WAL version and the number of tables not dropped, a checksummed line;
   with ``ofs`` once the vnode applied an ALTER/DROP STABLE meta entry naming the cluster catalog record it is of
   (``[[WAL version, record], ...]`` in WAL order, :attr:`Vnode.stable_ofs <walgate.storage.vnode.Vnode.stable_ofs>`;
-  a store without the key, as every store written before it, holds none).
+  a store without the key, as every store written before it, holds none); with ``undo``, the version the undo
+  journal keeps before-images from (:attr:`MetaStore.undo_from`; without the key, the covered version);
+* ``undo(id INTEGER PRIMARY KEY, version, line)``: the undo journal, as Kafka's follower truncation
+  (``UnifiedLog.truncateTo``) needs the state below the cut without replaying the log from its start (which
+  retention deleted): for each meta entry of WAL ``version`` at or after :attr:`MetaStore.undo_from` and below the
+  covered version, the before-image of every row it changed (a dropped table's row alive, a re-created table's
+  earlier row, each subtable's row of a DROP STABLE), written in the same transaction as the change
+  (:meth:`MetaStore.write`), ``line`` one checksummed line ``{"at": version, "before": row}``. A new table's
+  before-image is no row, and not written: a row whose own version (its create entry's) is at or after a cut is
+  deleted by it, so creating subtables writes nothing more. The journal loses the lines below the high watermark
+  the vnode passes each write (no cut goes below it), so it holds the entries above it, usually none.
+  :meth:`MetaStore.undo_to` applies the before-images at or after a cut newest first, in one fsynced transaction
+  that also covers the cut. A store written before the journal gains the empty table at its first writable open, in
+  the migration's transaction (:func:`_migrate`), keeping before-images from its covered version on. A flipped byte
+  in a line or its ``version`` is found when the line is read (the cut it would serve falls back: see
+  :meth:`Vnode.truncate_to <walgate.storage.vnode.Vnode.truncate_to>`).
 
 Descriptors: an open store holds three (``meta.db`` and the two SQLite files beside it), and a node may have
 thousands of vnodes (a Kafka-native topic of 400 partitions has 400), so at most :data:`OPEN_STORES` stores keep

@@ -29,6 +29,12 @@ some); a vnode of a data dir written before the meta store starts from its
 (marked) so that older entries stay evaluable. Consumer groups' committed
 offsets are not kept here but in the group coordinator's log (coordinator_log.py).
 
+The meta store also keeps an undo journal: the before-images of the rows each meta entry above the high watermark
+changed (:mod:`walgate.storage.meta_store`), so that a follower's cut (:meth:`Vnode.truncate_to`) takes the tables
+back without the WAL below it, which retention may have deleted. It loses what the high watermark passed at each
+store write (:attr:`Wal.visible_version`: a single node's, what it serves); a replica's (of a replicated database,
+or with a high watermark checkpoint) keeps all until a replica manager gives it its high watermark.
+
 The meta store also keeps, with its covered version, ``(WAL version, of)`` of each ALTER/DROP STABLE meta entry that
 names its cluster catalog record ``of`` (:attr:`Vnode.stable_ofs`): cut with the WAL, recomputed from the WAL when the
 store is rebuilt, so a new leader knows which of its database's changes its WAL lacks (:attr:`Vnode.latest_of`).
@@ -485,20 +491,25 @@ class Vnode:
 
         * no meta entry: the meta store is first written (fsynced) as covering the cut (its rows are all of entries
           below it), so a crash at any point after finds it consistent with the WAL, cut or not;
-        * ``create_table`` entries only (a write's new subtables, the common case) once retention deleted versions
-          (a rebuild is then impossible): the store first takes every applied table, then, in one fsynced
-          transaction, forgets the rows those entries created (their version at or after the cut) and covers the
-          cut, as above; no WAL entry below the cut is read. A table re-created in the cut (dropped below it) is
-          forgotten, not dropped again: the store keeps no earlier definition of a row;
-        * any other meta entry (a table's drop), ``create_table`` entries while the WAL is whole, or an entry that
-          cannot be read (its kind unknown): the store is rebuilt from the WAL's meta entries after the cut (a crash before that finds it covering a version past
-          the WAL's end, which the open rebuilds the same way); StorageError, nothing cut, when retention deleted
-          versions (their tables could not be rebuilt);
-        * a supertable's change: an ``alter_stable`` changes no table here (cut as an entry without tables); a
-          ``drop_stable``'s dropped subtables are rebuilt as above, alive again. The catalog stays as it is (it
-          applied the change, and is the truth): these entries are a replicated database's leader's only, and a cut
-          is a follower's, taking its leader's WAL (docs/plans/replication-wiring.md step 6), whose tables are then
-          the vnode's.
+        * meta entries that create or drop tables (``create_table``, ``drop_table``, ``drop_stable``), when the
+          store's undo journal keeps the before-images from the cut on (:mod:`walgate.storage.meta_store`: it
+          keeps those above the high watermark the vnode was given, and no cut goes below it): the store first
+          takes every applied table, then, in one fsynced transaction, takes the rows' before-images, forgets the
+          rows created at or after the cut and covers it, as above; no WAL entry below the cut is read, so it holds
+          after retention deleted versions. A ``drop_stable``'s dropped subtables are alive again, a re-created
+          table has its earlier (dropped) definition back;
+        * ``create_table`` entries only, the journal not keeping the cut's before-images (a store from before it,
+          one damaged), once retention deleted versions (a rebuild is then impossible): as above with what the
+          journal holds; a table re-created in the cut whose before-image it lacks is forgotten, not dropped again;
+        * otherwise (drops the journal does not serve, ``create_table`` entries it does not serve while the WAL is
+          whole, or an entry that cannot be read: its kind unknown): the store is rebuilt from the WAL's meta
+          entries after the cut (a crash before that finds it covering a version past the WAL's end, which the open
+          rebuilds the same way); StorageError, nothing cut, when retention deleted versions (their tables could not
+          be rebuilt);
+        * an ``alter_stable`` changes no table here (cut as an entry without tables). The catalog stays as it is
+          (it applied the supertable's change, and is the truth): these entries are a replicated database's
+          leader's only, and a cut is a follower's, taking its leader's WAL (docs/plans/replication-wiring.md step
+          6), whose tables are then the vnode's.
 
         ValueError for a version outside the WAL; StorageUnavailable, nothing cut, when the disk refuses the store's
         write or the WAL's intent. StorageUnavailable after the cut: the meta store's rebuild refused (a retry of the
