@@ -6,7 +6,8 @@ store write. The journal is trimmed as the high watermark passes (a cut below it
 cut). A journal write the disk refuses (SQLITE_FULL, SQLITE_IOERR) writes nothing of its store write, which is
 taken later; a refused cut cuts nothing. A journal line damaged (a flipped byte, a cut line, a changed version)
 serves no cut: refused when retention deleted versions, rebuilt from the WAL when it is whole. A kill -9 at any point
-of a cut reopens with the tables of the WAL as it is, cut or not, and a cut after it succeeds.
+of a cut reopens with the tables of the WAL as it is, cut or not, and a cut after it succeeds. Creating subtables
+while the journal is empty runs no statement on it (the write path does no more work than before the journal).
 """
 
 from __future__ import annotations
@@ -379,4 +380,19 @@ def test_a_kill_at_any_point_of_a_cut_reopens_with_the_tables_of_the_wal_and_cut
     e.close()
     e = Engine.open(tmp_path)
     assert state(e.vnodes["old"][0]) == snaps[0]
+    e.close()
+
+
+def test_new_subtables_and_a_passing_high_watermark_run_no_statement_on_an_empty_journal(tmp_path: Path):
+    e, vnode = retained(tmp_path)
+    conn = vnode.store._conn
+    assert conn is not None
+    seen: list[str] = []
+    conn.set_trace_callback(seen.append)
+    for i in range(3, 6):
+        given_hw(vnode, vnode.wal.next_version)
+        e.execute(f"INSERT INTO old.t{i} USING old.st TAGS ({i}) VALUES (1000, {i})")
+        vnode.end_write()
+    assert any("INSERT OR REPLACE INTO tables" in s for s in seen) and not any("undo" in s for s in seen)
+    conn.set_trace_callback(None)
     e.close()

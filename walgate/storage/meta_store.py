@@ -345,11 +345,12 @@ class MetaStore:
 
     def __init__(self, path: Path, conn: sqlite3.Connection, covered: int, live: int,
                  stores: OpenStores = PROCESS_STORES, versioned: bool = True, ofs: Ofs = (), journaled: bool = True,
-                 undo_from: int = 0) -> None:
+                 undo_from: int = 0, undo_lines: int = 0) -> None:
         self.path = path
         self.versioned = versioned  # its rows have the version column (False: an old store whose migration failed)
         self.journaled = journaled  # it has the undo journal (False: an old store whose migration failed)
         self.undo_from = undo_from  # the journal holds the before-images of every entry from this version on
+        self.undo_lines = undo_lines  # the journal's lines (none: a write runs no statement on it)
         self._version = "version" if versioned else "NULL"  # the version column as a SELECT reads it
         self._conn: sqlite3.Connection | None = conn
         self._stores = stores
@@ -429,8 +430,9 @@ class MetaStore:
                                 "no undo journal" if versioned else "its old row format", exc)
             if whole:
                 _check_whole(conn, versioned)
+            [(lines_n,)] = conn.execute("SELECT count(*) FROM undo").fetchall() if journaled else [(0,)]
             conn.execute("BEGIN")
-            return cls(path, conn, covered, live, stores, versioned, ofs, journaled, undo_from)
+            return cls(path, conn, covered, live, stores, versioned, ofs, journaled, undo_from, lines_n)
         except MetaDamaged:
             conn.close()
             raise
@@ -518,12 +520,13 @@ class MetaStore:
             conn.executemany(insert, rows)
             if forget:
                 conn.executemany("DELETE FROM tables WHERE name = ?", [(n,) for n in forget])
-            if undo_from > self.undo_from:
-                conn.execute("DELETE FROM undo WHERE version < ?", (undo_from,))
-            if covered < self.covered and self.journaled:
-                conn.execute("DELETE FROM undo WHERE version >= ?", (covered,))
+            lines_n = self.undo_lines
+            if lines_n and undo_from > self.undo_from:
+                lines_n -= conn.execute("DELETE FROM undo WHERE version < ?", (undo_from,)).rowcount
+            if lines_n and covered < self.covered:
+                lines_n -= conn.execute("DELETE FROM undo WHERE version >= ?", (covered,)).rowcount
             if records:
-                conn.executemany("INSERT INTO undo (version, line) VALUES (?, ?)", records)
+                lines_n += conn.executemany("INSERT INTO undo (version, line) VALUES (?, ?)", records).rowcount
             kept = tuple(p for p in (self.ofs if ofs is None else ofs) if p[0] < covered)
             state: dict[str, Any] = {"version": covered, "live": live - len(drops)}
             if kept:
@@ -544,13 +547,14 @@ class MetaStore:
                 self._relax()
             self._begin()
         self.covered, self.live, self.ofs, self.undo_from = covered, live - len(drops), kept, undo_from
+        self.undo_lines = lines_n
         self.synced = durable
         return len(drops)
 
     def undone(self, version: int) -> list[Undo]:
         """The journal's before-images of the entries at or after ``version``, newest first; :class:`MetaDamaged`
         when a line does not verify."""
-        if not self.journaled:
+        if not self.undo_lines:
             return []
         cursor = self._query("SELECT version, line FROM undo WHERE version >= ? ORDER BY version DESC, id DESC",
                              (version,))
