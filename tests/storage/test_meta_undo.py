@@ -17,20 +17,20 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 from old_release import REPO
 
+from tests.storage.test_meta_store_format import PAUSING, refusing
+from tests.storage.test_truncate import _retained
 from walgate.storage import hw_checkpoint, meta_store
 from walgate.storage.engine import Engine
 from walgate.storage.errors import StorageError, StorageUnavailable
 from walgate.storage.fileio import SyncLatency
 from walgate.storage.meta_store import META_STORE
 from walgate.storage.vnode import Vnode
-from walgate.storage.wal import WalOptions
 
 COLUMNS = [["ts", "TIMESTAMP", None], ["v", "INT", None]]
 TAIL: list[dict[str, Any]] = [  # after the mark: every kind of change a cut must undo
@@ -47,16 +47,10 @@ TAIL: list[dict[str, Any]] = [  # after the mark: every kind of change a cut mus
 
 def retained(path: Path) -> tuple[Engine, Vnode]:
     """An engine whose database ``old`` has subtables t0..t2 of ``st``, the segments creating them deleted by
-    retention, its WAL's high watermark its end: given (:attr:`Wal.replication`) and checkpointed, as a replica
-    manager does (so that it is a replica's also when opened again)."""
-    e = Engine.open(path)
-    e.execute("CREATE DATABASE old VGROUPS 1 WAL_RETENTION_PERIOD 0")
-    e.execute("CREATE STABLE old.st (ts TIMESTAMP, v INT) TAGS (site INT)")
-    vnode = e.vnodes["old"][0]
-    vnode.wal.options = WalOptions(**{**vnode.wal.options.__dict__, "segment_bytes": 64})  # a segment an append
-    for i in range(3):
-        e.execute(f"INSERT INTO old.t{i} USING old.st TAGS ({i}) VALUES (1000, {i})")
-    assert vnode.apply_retention(time.time() + 10) and vnode.wal.first_version > 0
+    retention (:func:`tests.storage.test_truncate._retained`), its WAL's high watermark its end: given
+    (:attr:`Wal.replication`) and checkpointed, as a replica manager does (so that it is a replica's also when
+    opened again)."""
+    e, vnode = _retained(path)
     given_hw(vnode, vnode.wal.next_version)
     hw_checkpoint.write(vnode.dir, vnode.wal.next_version, syncs=SyncLatency())
     return e, vnode
@@ -177,43 +171,14 @@ def test_a_store_written_before_the_journal_gets_one_at_its_open(tmp_path: Path)
     e.close()
 
 
-class Refusing(sqlite3.Connection):
-    """A connection whose statements starting with :attr:`prefix` fail as SQLite fails a write the disk refuses."""
-
-    prefix = ""
-    code = sqlite3.SQLITE_FULL
-
-    def _refused(self, sql: str) -> None:
-        if self.prefix and sql.startswith(self.prefix):
-            exc = sqlite3.OperationalError("disk I/O error" if self.code == sqlite3.SQLITE_IOERR else "database or "
-                                           "disk is full")
-            exc.sqlite_errorcode = self.code  # type: ignore[attr-defined]
-            raise exc
-
-    def execute(self, sql: str, *args: Any) -> sqlite3.Cursor:
-        self._refused(sql)
-        return super().execute(sql, *args)
-
-    def executemany(self, sql: str, *args: Any) -> sqlite3.Cursor:
-        self._refused(sql)
-        return super().executemany(sql, *args)
+MESSAGES = {sqlite3.SQLITE_FULL: "database or disk is full", sqlite3.SQLITE_IOERR: "disk I/O error"}
 
 
-class Sqlite:
-    def __getattr__(self, name: str) -> Any:
-        return getattr(sqlite3, name)
-
-    @staticmethod
-    def connect(*args: Any, **kwargs: Any) -> sqlite3.Connection:
-        return sqlite3.connect(*args, factory=Refusing, **kwargs)
-
-
-def refusing(monkeypatch: pytest.MonkeyPatch, vnode: Vnode, prefix: str, code: int) -> None:
-    """``vnode``'s store's statements starting with ``prefix`` refused with ``code`` from now on."""
+def refuse(monkeypatch: pytest.MonkeyPatch, vnode: Vnode, prefix: str, code: int) -> None:
+    """``vnode``'s store's statements starting with ``prefix`` refused with ``code`` from now on (``prefix`` "":
+    none refused any more)."""
     vnode.store.park()  # (connected again through the patched module)
-    monkeypatch.setattr(meta_store, "sqlite3", Sqlite())
-    monkeypatch.setattr(Refusing, "prefix", prefix)
-    monkeypatch.setattr(Refusing, "code", code)
+    monkeypatch.setattr(meta_store, "sqlite3", refusing(prefix, code, MESSAGES[code]) if prefix else sqlite3)
 
 
 def stored(path: Path) -> tuple[Any, ...]:
@@ -233,13 +198,13 @@ def test_a_refused_journal_write_writes_nothing_of_its_store_write_and_is_taken_
     e, vnode = retained(tmp_path)
     mark = vnode.wal.next_version
     before, on_disk = state(vnode), stored(tmp_path)
-    refusing(monkeypatch, vnode, "INSERT INTO undo", code)
+    refuse(monkeypatch, vnode, "INSERT INTO undo", code)
     append(e, [{"op": "drop_table", "name": "t1"}], True)  # (the store write refused: logged, kept in memory)
     assert stored(tmp_path) == on_disk and vnode.live("t1") is None
-    with pytest.raises(StorageUnavailable, match="disk I/O error" if code == sqlite3.SQLITE_IOERR else "full"):
+    with pytest.raises(StorageUnavailable, match=MESSAGES[code]):
         vnode.checkpoint()
     assert stored(tmp_path) == on_disk
-    monkeypatch.setattr(Refusing, "prefix", "")
+    refuse(monkeypatch, vnode, "", code)
     vnode.checkpoint()
     assert journal(tmp_path) == [mark] and vnode.store.covered == vnode.wal.next_version
     e.truncate_vnode("old", 0, mark, high_watermark=mark)
@@ -252,11 +217,11 @@ def test_a_cut_whose_store_write_is_refused_cuts_nothing_and_a_retry_cuts(tmp_pa
                                                                          monkeypatch: pytest.MonkeyPatch, code: int):
     e, vnode, versions, snaps = with_tail(tmp_path)
     on_disk = stored(tmp_path)
-    refusing(monkeypatch, vnode, "DELETE FROM undo WHERE version >=", code)
+    refuse(monkeypatch, vnode, "DELETE FROM undo WHERE version >=", code)
     with pytest.raises(StorageUnavailable):
         e.truncate_vnode("old", 0, versions[0], high_watermark=versions[0])
     assert stored(tmp_path) == on_disk and state(vnode) == snaps[-1] and vnode.wal.next_version == versions[-1]
-    monkeypatch.setattr(Refusing, "prefix", "")
+    refuse(monkeypatch, vnode, "", code)
     e.truncate_vnode("old", 0, versions[0], high_watermark=versions[0])
     assert state(vnode) == snaps[0] and vnode.wal.next_version == versions[0]
     e.close()
@@ -319,50 +284,33 @@ def test_a_damaged_journal_of_a_whole_wal_is_passed_over_by_a_rebuild(tmp_path: 
     e.close()
 
 
-KILLED = r"""
-import sqlite3, sys, time
-from pathlib import Path
-from walgate.storage import meta_store
+KILLED = PAUSING + r"""
 from walgate.storage.wal import Wal
-point, mark = sys.argv[2], int(sys.argv[3])
-class Pausing(sqlite3.Connection):
-    def execute(self, sql, *args):
-        cursor = super().execute(sql, *args)
-        if point == "store" and sql.startswith("DELETE FROM undo WHERE version >="):
-            print("paused", flush=True)  # (inside the cut's store transaction)
-            time.sleep(600)
-        return cursor
-class Sqlite:
-    def __getattr__(self, name):
-        return getattr(sqlite3, name)
-    @staticmethod
-    def connect(*args, **kwargs):
-        return sqlite3.connect(*args, factory=Pausing, **kwargs)
-meta_store.sqlite3 = Sqlite()
+point, mark = sys.argv[3], int(sys.argv[4])
 cut = Wal.truncate_to
 def pausing_cut(wal, version):
     if point == "wal":
-        print("paused", flush=True)  # (the store cut and fsynced, the WAL not yet)
-        time.sleep(600)
+        pause()  # (the store cut and fsynced, the WAL not yet)
     cut(wal, version)
     if point == "derived":
-        print("paused", flush=True)  # (the WAL cut, the offset indexes and epochs not yet)
-        time.sleep(600)
+        pause()  # (the WAL cut, the offset indexes and epochs not yet)
 Wal.truncate_to = pausing_cut
 from walgate.storage.engine import Engine
 e = Engine.open(Path(sys.argv[1]))
 e.vnodes["old"][0].wal.replication = lambda _end, _durable: mark
 e.truncate_vnode("old", 0, mark, high_watermark=mark)
-print("paused", flush=True)
-time.sleep(600)
+pause()
 """
+"""A child cutting database ``old``'s vnode 0 to ``mark`` (argv: the data dir, ``prefix:n`` as :data:`PAUSING`'s, the
+point to pause at besides, the mark), paused at the point."""
 
 
 @pytest.mark.parametrize("point", ["store", "wal", "derived", "done"])
 def test_a_kill_at_any_point_of_a_cut_reopens_with_the_tables_of_the_wal_and_cuts_again(tmp_path: Path, point: str):
     e, vnode, versions, snaps = with_tail(tmp_path)
     e.close()
-    child = subprocess.Popen([sys.executable, "-c", KILLED, str(tmp_path), point, str(versions[0])], cwd=REPO,
+    pausing = "DELETE FROM undo WHERE version >=:1" if point == "store" else "never:1"  # (inside the store's cut)
+    child = subprocess.Popen([sys.executable, "-c", KILLED, str(tmp_path), pausing, point, str(versions[0])], cwd=REPO,
                              stdout=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(REPO)})
     try:
         assert child.stdout is not None
