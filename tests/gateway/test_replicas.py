@@ -179,12 +179,13 @@ class Trio:
         await self.write_state(self.initial())
         await self.leading(1)
 
-    async def leader_alone(self) -> None:
-        """:meth:`started`, row 0 written and copied, then node 1's ISR proposer cancelled (the ISR keeps (1, 2, 3)
-        until node 1 is down, so a later election of node 2 is clean) and nodes 2 and 3 stopped: what node 1 writes
-        next is on node 1 only, and never committed."""
+    async def leader_alone(self, rows: int = 1) -> None:
+        """:meth:`started`, rows 0 .. ``rows - 1`` written (one append each) and copied, then node 1's ISR proposer
+        cancelled (the ISR keeps (1, 2, 3) until node 1 is down, so a later election of node 2 is clean) and nodes 2
+        and 3 stopped: what node 1 writes next is on node 1 only, and never committed."""
         await self.started()
-        await self.insert(1, 0)
+        for k in range(rows):
+            await self.insert(1, k)
         await self.caught_up(2, 3)
         proposer = self.nodes[1].led()[PartitionId(DB_ID, 0)].proposer
         assert proposer is not None

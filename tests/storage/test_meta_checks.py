@@ -77,7 +77,7 @@ def test_a_check_of_a_store_rebuilt_meanwhile_changes_nothing(tmp_path: Path):
 
 def test_a_check_stops_when_asked(tmp_path: Path):
     store = MetaStore.open(tmp_path / META_STORE, OpenStores())
-    store.write([], [TableDef(f"d{i}", "m", {"loc": f"room {i}"}, None, i + 1, 1_000 + i) for i in range(20_000)],
+    store.write({}, [TableDef(f"d{i}", "m", {"loc": f"room {i}"}, None, i + 1, 1_000 + i) for i in range(20_000)],
                 20_001, 20_000, durable=True)
     assert check(store.path) is None
     with pytest.raises(StorageUnavailable, match="interrupt"):

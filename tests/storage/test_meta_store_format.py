@@ -111,20 +111,22 @@ def test_a_store_made_by_the_old_release_migrates(tmp_path: Path):
     check_migrated(data, expected)
 
 
-CHILD = r"""
+PAUSING = r"""
 import sqlite3, sys, time
 from pathlib import Path
 from walgate.storage import meta_store
 prefix, nth = sys.argv[2].rsplit(":", 1)
 seen = [0]
+def pause():
+    print("paused", flush=True)
+    time.sleep(600)
 class Pausing(sqlite3.Connection):
     def execute(self, sql, *args):
         cursor = super().execute(sql, *args)
         if sql.startswith(prefix):
             seen[0] += 1
             if seen[0] == int(nth):
-                print("paused", flush=True)
-                time.sleep(600)
+                pause()
         return cursor
 class Sqlite:
     def __getattr__(self, name):
@@ -133,10 +135,13 @@ class Sqlite:
     def connect(*args, **kwargs):
         return sqlite3.connect(*args, factory=Pausing, **kwargs)
 meta_store.sqlite3 = Sqlite()
+"""
+"""A child's start (argv: the data dir, then ``prefix:n``): the meta stores' connections pause (print ``paused``,
+then sleep) after the ``n``-th statement starting with ``prefix`` that they ran."""
+CHILD = PAUSING + r"""
 from walgate.storage.engine import Engine
 Engine.open(Path(sys.argv[1]))
-print("paused", flush=True)
-time.sleep(600)
+pause()
 """
 
 
@@ -160,17 +165,24 @@ def test_a_kill_at_any_point_of_the_migration_leaves_a_store_that_migrates(tmp_p
     check_migrated(data, expected)
 
 
-def refusing_alter(code: int, message: str) -> Any:
-    """``sqlite3`` whose connections' schema changes fail as SQLite fails a write the disk refuses (``code``, e.g.
-    SQLITE_FULL for ENOSPC, SQLITE_IOERR for EIO): the migration's one write refused, every other write taken."""
+def refusing(prefix: str, code: int, message: str) -> Any:
+    """``sqlite3`` whose connections' statements starting with ``prefix`` fail as SQLite fails a write the disk
+    refuses (``code``, e.g. SQLITE_FULL for ENOSPC, SQLITE_IOERR for EIO; ``message``), every other one taken."""
 
     class Refusing(sqlite3.Connection):
         def execute(self, sql: str, *args: Any) -> sqlite3.Cursor:
-            if sql.startswith("ALTER TABLE"):
+            self._refused(sql)
+            return super().execute(sql, *args)
+
+        def executemany(self, sql: str, *args: Any) -> sqlite3.Cursor:
+            self._refused(sql)
+            return super().executemany(sql, *args)
+
+        def _refused(self, sql: str) -> None:
+            if sql.startswith(prefix):
                 exc = sqlite3.OperationalError(message)
                 exc.sqlite_errorcode = code
                 raise exc
-            return super().execute(sql, *args)
 
     class Sqlite:
         def __getattr__(self, name: str) -> Any:
@@ -189,7 +201,7 @@ def test_a_refused_migration_leaves_the_old_format_working_and_the_next_open_mig
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, code: int, message: str):
     data, expected = unpack(tmp_path)
     with monkeypatch.context() as patch:
-        patch.setattr(meta_store, "sqlite3", refusing_alter(code, message))
+        patch.setattr(meta_store, "sqlite3", refusing("ALTER TABLE", code, message))  # (the migration's one write)
         with caplog.at_level(logging.WARNING, "walgate.meta_store"):
             e = Engine.open(data)
         assert f"keeps its old row format until a next open: {message}" in caplog.text

@@ -355,7 +355,7 @@ def _crashed(e: Engine, path: Path, reopen: Any = engine) -> Engine:
 
 def test_a_crash_after_the_wal_is_cut_and_before_its_derived_files_follow_reopens_consistent(tmp_path: Path):
     cut, fresh, (db_version, kafka_version) = _history(tmp_path)
-    cut.vnodes["db"][0].store.write((), (), 10**6, 0, True)  # (a store covering past the cut, as a flush leaves)
+    cut.vnodes["db"][0].store.write({}, (), 10**6, 0, True)  # (a store covering past the cut, as a flush leaves)
     cut.vnodes["db"][0].wal.truncate_to(db_version)  # the WALs alone: the offset indexes, epochs, meta store
     kafka_vnode(cut).wal.truncate_to(kafka_version)  # and producer state are those of the whole history on disk
     assert state(_crashed(cut, tmp_path / "cut")) == state(fresh)

@@ -6,7 +6,7 @@ The WAL's meta entries stay the source of truth: the store records the WAL versi
 below it is applied) and is rebuilt from the WAL when it is missing, damaged or ahead of the WAL.
 
 Format: a SQLite database (Python's ``sqlite3``) in WAL mode (``meta.db-wal`` and ``meta.db-shm`` beside it while
-it is open; SQLite folds them in and removes them at a clean close) of two tables. A write is one transaction, and a
+it is open; SQLite folds them in and removes them at a clean close) of three tables. A write is one transaction, and a
 killed one is rolled back at the next open. Writes are ``synchronous=NORMAL``: committed, not fsynced, so a power
 loss may take the last writes back to an earlier consistent store, which covers an earlier WAL version (the rows and
 the covered version are one transaction); the vnode replays the WAL's meta entries from there, as after any open.
@@ -36,7 +36,22 @@ tests do) may read and write, and this one's next write may then be refused as a
 * ``covered(id = 0, line)``: the covered WAL version and the number of tables not dropped, a checksummed line;
   with ``ofs`` once the vnode applied an ALTER/DROP STABLE meta entry naming the cluster catalog record it is of
   (``[[WAL version, record], ...]`` in WAL order, :attr:`Vnode.stable_ofs <walgate.storage.vnode.Vnode.stable_ofs>`;
-  a store without the key, as every store written before it, holds none).
+  a store without the key, as every store written before it, holds none); with ``undo``, the version the undo
+  journal keeps before-images from (:attr:`MetaStore.undo_from`; without the key, the covered version);
+* ``undo(id INTEGER PRIMARY KEY, version, line)``: the undo journal, as Kafka's follower truncation
+  (``UnifiedLog.truncateTo``) needs the state below the cut without replaying the log from its start (which
+  retention deleted): for each meta entry of WAL ``version`` at or after :attr:`MetaStore.undo_from` and below the
+  covered version, the before-image of every row it changed (a dropped table's row alive, a re-created table's
+  earlier row, each subtable's row of a DROP STABLE), written in the same transaction as the change
+  (:meth:`MetaStore.write`), ``line`` one checksummed line ``{"at": version, "before": row}``. A new table's
+  before-image is no row, and not written: a row whose own version (its create entry's) is at or after a cut is
+  deleted by it, so creating subtables writes nothing more. The journal loses the lines below the high watermark
+  the vnode passes each write (no cut goes below it), so it holds the entries above it, usually none.
+  :meth:`MetaStore.undo_to` applies the before-images at or after a cut newest first, in one fsynced transaction
+  that also covers the cut. A store written before the journal gains the empty table at its first writable open, in
+  the migration's transaction (:func:`_migrate`), keeping before-images from its covered version on. A flipped byte
+  in a line or its ``version`` is found when the line is read (the cut it would serve falls back: see
+  :meth:`Vnode.truncate_to <walgate.storage.vnode.Vnode.truncate_to>`).
 
 Descriptors: an open store holds three (``meta.db`` and the two SQLite files beside it), and a node may have
 thousands of vnodes (a Kafka-native topic of 400 partitions has 400), so at most :data:`OPEN_STORES` stores keep
@@ -70,8 +85,8 @@ from walgate.storage.catalog import column_from_json
 from walgate.storage.errors import MetaDamaged, StorageUnavailable
 from walgate.storage.schema import Column
 
-__all__ = ["CHUNK", "META_STORE", "OPEN_STORES", "MetaDamaged", "MetaStore", "Ofs", "OpenStores", "TableDef", "check",
-           "create_body", "decode_def", "has_version_column", "read_covered"]
+__all__ = ["CHUNK", "META_STORE", "OPEN_STORES", "MetaDamaged", "MetaStore", "Ofs", "OpenStores", "TableDef", "Undo",
+           "check", "create_body", "decode_def", "has_version_column", "read_covered"]
 
 log = logging.getLogger("walgate.meta_store")
 
@@ -90,14 +105,22 @@ _KEYS_UNLIKE_NAMES = ("SELECT name, def, {version} FROM tables WHERE typeof(name
 _ROWS_NOT_INDEXED = ("SELECT count(*) FROM tables AS t NOT INDEXED WHERE NOT EXISTS"
                      " (SELECT 1 FROM tables AS u INDEXED BY tables_name WHERE u.name = t.name AND u.id = t.id)")
 """The rows the name index does not find (with the index's entries counted, the index is checked whole)."""
+_UNDO = "CREATE TABLE undo (id INTEGER PRIMARY KEY, version INTEGER NOT NULL, line BLOB NOT NULL)"
+"""The undo journal (see the module docstring)."""
 _SCHEMA = (
     "CREATE TABLE tables (id INTEGER PRIMARY KEY, name TEXT NOT NULL, def BLOB NOT NULL, version INTEGER)",
     "CREATE UNIQUE INDEX tables_name ON tables (name)",
+    _UNDO,  # (before ``covered``: a new store's last page holds the covered line, so a cut of its end is found)
     "CREATE TABLE covered (id INTEGER PRIMARY KEY CHECK (id = 0), line BLOB NOT NULL)",
 )
 _OLD_TABLES = "CREATE TABLE tables (id INTEGER PRIMARY KEY, name TEXT NOT NULL, def BLOB NOT NULL)"
 """``tables`` of a store written before the ``version`` column (SQLite's ``ALTER TABLE ... ADD COLUMN`` makes it
 ``_SCHEMA[0]``, text included)."""
+_BEFORE_UNDO = tuple(s for s in _SCHEMA if s != _UNDO)
+_SCHEMAS = {tuple(sorted(_SCHEMA)): (True, True), tuple(sorted(_BEFORE_UNDO)): (True, False),
+            tuple(sorted((_OLD_TABLES, *_BEFORE_UNDO[1:]))): (False, False)}
+"""(versioned, journaled) by sorted schema: this release's, one written before the undo journal, and one written
+before the ``version`` column."""
 
 
 @dataclass(frozen=True)
@@ -111,6 +134,15 @@ class TableDef:
     version: int  # WAL version of the create entry
     created_ts: int  # creation time, database precision
     dropped: bool = False
+
+
+@dataclass(frozen=True)
+class Undo:
+    """A before-image of the undo journal: the meta entry of WAL ``version`` changed the row of ``before.name``, which
+    was ``before`` until then."""
+
+    version: int
+    before: TableDef
 
 
 def def_body(t: TableDef) -> bytes:
@@ -136,14 +168,39 @@ def encode_row(body: bytes, version: int) -> bytes:
     return b"%08x " % crc32c.crc32c(b"%d" % version, crc32c.crc32c(body)) + body
 
 
-def encode_def(t: TableDef) -> bytes:
-    """``t`` as a row of a store without the ``version`` column: one checksummed line (no ``\\n``), its name first,
-    its version inside."""
-    return lines.encode({
+def _def_json(t: TableDef) -> dict[str, Any]:
+    """``t`` as JSON with its version inside (its name first)."""
+    return {
         "name": t.name, "stable": t.stable, "tags": t.tags, "version": t.version, "created_ts": t.created_ts,
         "columns": [[c.name, c.type.name, c.type.length] for c in t.columns] if t.columns is not None else None,
         "dropped": t.dropped,
-    })[:-1]
+    }
+
+
+def encode_def(t: TableDef) -> bytes:
+    """``t`` as a row of a store without the ``version`` column: one checksummed line (no ``\\n``), its name first,
+    its version inside."""
+    return lines.encode(_def_json(t))[:-1]
+
+
+def encode_undo(u: Undo) -> bytes:
+    """``u`` as a line of the undo journal: one checksummed line (no ``\\n``) of the entry's version (``at``) and the
+    before-image with its version inside."""
+    return lines.encode({"at": u.version, "before": _def_json(u.before)})[:-1]
+
+
+def decode_undo(version: object, raw: object) -> Undo:
+    """The journal row of ``version`` holding ``raw``; :class:`MetaDamaged` when it does not verify."""
+    try:
+        if not isinstance(raw, bytes):
+            raise ValueError(f"a line of type {type(raw).__name__}")
+        d = lines.decode(raw)
+        if not isinstance(d, dict) or d.get("at") != version or type(version) is not int:
+            raise ValueError(f"a line of version {version!r} that holds {d!r}")
+        before = d["before"]
+        return Undo(version, _table(before["name"], before, before["version"]))
+    except (ValueError, KeyError, TypeError, IndexError) as exc:
+        raise MetaDamaged(f"the undo journal's line of version {version!r}: {exc}") from None
 
 
 def decode_def(name: object, raw: object, version: object = None) -> TableDef:
@@ -164,38 +221,53 @@ def decode_def(name: object, raw: object, version: object = None) -> TableDef:
             if crc32c.crc32c(b"%d" % version, crc32c.crc32c(raw[9:])) != int(raw[:8], 16):
                 raise ValueError("checksum mismatch")
             d = orjson.loads(raw[9:])
-        if d["name"] != name:
-            raise ValueError(f"row {name!r} holds table {d['name']!r}")
-        if type(d["dropped"]) is not bool:
-            raise ValueError(f"dropped {d['dropped']!r}")
-        cols = tuple(column_from_json(c) for c in d["columns"]) if d["columns"] is not None else None
-        return TableDef(name, d["stable"], d["tags"], cols, version, int(d["created_ts"]), d["dropped"])
+        return _table(name, d, version)
     except (ValueError, KeyError, TypeError, IndexError) as exc:  # (orjson.JSONDecodeError is a ValueError)
         raise MetaDamaged(f"table {name!r}: {exc}") from None
 
 
+def _table(name: str, d: Any, version: int) -> TableDef:
+    """The table ``name`` of WAL ``version`` whose definition is the JSON ``d``; ValueError, KeyError, TypeError or
+    IndexError when it is not one."""
+    if type(version) is not int or not isinstance(name, str):
+        raise ValueError(f"version {version!r} of table {name!r}")
+    if d["name"] != name:
+        raise ValueError(f"row {name!r} holds table {d['name']!r}")
+    if type(d["dropped"]) is not bool:
+        raise ValueError(f"dropped {d['dropped']!r}")
+    cols = tuple(column_from_json(c) for c in d["columns"]) if d["columns"] is not None else None
+    return TableDef(name, d["stable"], d["tags"], cols, version, int(d["created_ts"]), d["dropped"])
+
+
+def _schema(conn: sqlite3.Connection) -> tuple[bool, bool]:
+    """Whether the store of ``conn`` has the ``version`` column and whether it has the undo journal (its schema is
+    :data:`_SCHEMA`, or one written before the journal, or before the column); :class:`MetaDamaged` when it is
+    none of them (a read-only connection does not parse every part of a schema, so it is compared whole: what a
+    reader accepts, the store accepts), sqlite3.Error when it cannot be read."""
+    schema = tuple(sorted(str(row[0]) for row in conn.execute("SELECT sql FROM sqlite_master")))
+    found = _SCHEMAS.get(schema)
+    if found is None:
+        raise MetaDamaged(f"not a meta store (its schema is {list(schema)})")
+    return found
+
+
 def has_version_column(conn: sqlite3.Connection) -> bool:
-    """Whether the store of ``conn`` has the ``version`` column (its schema is :data:`_SCHEMA`), not (it is the
-    schema written before that column); :class:`MetaDamaged` when it is neither (a read-only connection does not
-    parse every part of a schema, so it is compared whole: what a reader accepts, the store accepts), sqlite3.Error
-    when it cannot be read."""
-    schema = sorted(str(row[0]) for row in conn.execute("SELECT sql FROM sqlite_master"))
-    if schema == sorted(_SCHEMA):
-        return True
-    if schema == sorted((_OLD_TABLES, *_SCHEMA[1:])):
-        return False
-    raise MetaDamaged(f"not a meta store (its schema is {schema})")
+    """Whether the store of ``conn`` has the ``version`` column (:func:`_schema`)."""
+    return _schema(conn)[0]
 
 
 def _migrate(conn: sqlite3.Connection) -> None:
     """Give the ``tables`` of a store written before the ``version`` column existed that column (NULL in every row:
-    those rows keep their version in ``def``), in one transaction that changes the schema only, so its time does
-    not grow with the rows; a process killed in it leaves the old store, migrated again at the next open. Raises
-    sqlite3.Error with nothing changed."""
+    those rows keep their version in ``def``), and a store written before the undo journal an empty one, in one
+    transaction that changes the schema only, so its time does not grow with the rows; a process killed in it
+    leaves the old store, migrated again at the next open. Raises sqlite3.Error with nothing changed."""
     conn.execute("BEGIN IMMEDIATE")
     try:
-        if not has_version_column(conn):
+        versioned, journaled = _schema(conn)
+        if not versioned:
             conn.execute("ALTER TABLE tables ADD COLUMN version INTEGER")
+        if not journaled:
+            conn.execute(_UNDO)
         conn.execute("COMMIT")
     except sqlite3.Error:
         if conn.in_transaction:
@@ -222,6 +294,17 @@ def read_covered(conn: sqlite3.Connection) -> tuple[int, int, Ofs]:
             for p in raw) or [p[0] for p in raw] != sorted({p[0] for p in raw}):
         raise MetaDamaged(f"stable entries' records {raw!r}")
     return covered, live, tuple((p[0], p[1]) for p in raw)
+
+
+def read_undo_from(conn: sqlite3.Connection, covered: int) -> int:
+    """The WAL version from which the undo journal of the store of ``conn`` (covering ``covered``) holds the
+    before-images of every entry applied (``covered`` when the line names none: nothing before it is in the journal
+    of a store written before it); :class:`MetaDamaged` when it is not a version at or below ``covered``."""
+    state = lines.decode(conn.execute("SELECT line FROM covered").fetchone()[0])  # (verified by read_covered)
+    undo_from = state.get("undo", covered) if isinstance(state, dict) else covered
+    if type(undo_from) is not int or not 0 <= undo_from <= covered:
+        raise MetaDamaged(f"undo journal from version {undo_from!r}, covered {covered}")
+    return undo_from
 
 
 class OpenStores:
@@ -261,9 +344,13 @@ class MetaStore:
     """One vnode's ``meta.db`` (see the module docstring); used from one thread at a time."""
 
     def __init__(self, path: Path, conn: sqlite3.Connection, covered: int, live: int,
-                 stores: OpenStores = PROCESS_STORES, versioned: bool = True, ofs: Ofs = ()) -> None:
+                 stores: OpenStores = PROCESS_STORES, versioned: bool = True, ofs: Ofs = (), journaled: bool = True,
+                 undo_from: int = 0, undo_lines: int = 0) -> None:
         self.path = path
         self.versioned = versioned  # its rows have the version column (False: an old store whose migration failed)
+        self.journaled = journaled  # it has the undo journal (False: an old store whose migration failed)
+        self.undo_from = undo_from  # the journal holds the before-images of every entry from this version on
+        self.undo_lines = undo_lines  # the journal's lines (none: a write runs no statement on it)
         self._version = "version" if versioned else "NULL"  # the version column as a SELECT reads it
         self._conn: sqlite3.Connection | None = conn
         self._stores = stores
@@ -329,20 +416,23 @@ class MetaStore:
                     raise sqlite3.OperationalError(f"{path}: the new store's checkpoint returned {busy!r}")
                 conn.execute("BEGIN")
                 return cls(path, conn, 0, 0, stores)
-            versioned = has_version_column(conn)
+            versioned, journaled = _schema(conn)
             covered, live, ofs = read_covered(conn)
-            if not versioned:
+            undo_from = read_undo_from(conn, covered)
+            if not journaled:
                 try:
                     _migrate(conn)
-                    versioned = True
+                    versioned = journaled = True
                 except sqlite3.Error as exc:
                     if _is_corrupt(exc):
                         raise
-                    log.warning("%s: the table meta store keeps its old row format until a next open: %s", path, exc)
+                    log.warning("%s: the table meta store keeps %s until a next open: %s", path,
+                                "no undo journal" if versioned else "its old row format", exc)
             if whole:
                 _check_whole(conn, versioned)
+            [(lines_n,)] = conn.execute("SELECT count(*) FROM undo").fetchall() if journaled else [(0,)]
             conn.execute("BEGIN")
-            return cls(path, conn, covered, live, stores, versioned, ofs)
+            return cls(path, conn, covered, live, stores, versioned, ofs, journaled, undo_from, lines_n)
         except MetaDamaged:
             conn.close()
             raise
@@ -376,19 +466,35 @@ class MetaStore:
         """Every table (dropped ones too), in the order they were written (one pass over the file)."""
         return self._defs(f"SELECT name, def, {self._version} FROM tables NOT INDEXED ORDER BY id", ())
 
-    def write(self, dropped_stables: Iterable[str], tables: Iterable[TableDef], covered: int, live: int,
+    def write(self, dropped_stables: Mapping[str, int], tables: Iterable[TableDef], covered: int, live: int,
               durable: bool = False, bodies: Mapping[str, bytes] | None = None, forget: Sequence[str] = (),
-              ofs: Ofs | None = None) -> int:
-        """In one transaction: mark every subtable of ``dropped_stables`` dropped, then put ``tables`` (replacing
-        rows of the same name), then delete the rows named in ``forget`` (tables whose create entries a WAL
-        truncation cut), then record ``covered``, the count of live tables (``live`` less those this marked
-        dropped, whose number it returns) and those of ``ofs`` below ``covered`` (None: the store's).
-        ``bodies``: the :func:`def_body` of some of ``tables`` by name, already encoded (a table's must be that of
-        the table given). Nothing is written when it raises. With ``durable``,
-        the transaction and every one before it are on disk (fsynced) when it returns; without, they may be lost
-        with the machine."""
-        gone = set(dropped_stables)
-        drops = [replace(t, dropped=True) for t in self.all() if t.stable in gone and not t.dropped] if gone else []
+              ofs: Ofs | None = None, undo: Sequence[Undo] = (), trim: int | None = None) -> int:
+        """In one transaction: mark dropped every live subtable of ``dropped_stables`` (name -> the WAL version of
+        its drop) but those ``undo`` holds a before-image of from before that drop (an entry between changed them,
+        the caller counted their drop and puts them among ``tables``), then put ``tables`` (replacing rows of the
+        same name), then delete the rows named in ``forget``, then record ``covered``, the count of live tables
+        (``live`` less those this marked dropped, whose number it returns) and those of ``ofs`` below ``covered``
+        (None: the store's). ``bodies``: the :func:`def_body` of some of ``tables`` by name, already encoded (a
+        table's must be that of the table given).
+
+        The undo journal (a journaled store's) takes the before-images ``undo`` of the entries applied since the
+        last write (in WAL order) and, of each subtable this marks dropped, its row at its supertable's drop, then
+        loses those of entries below ``trim`` (None: none lost; a cut never goes below it from now on) and at or
+        after ``covered``, its :attr:`undo_from` then ``trim`` when that is higher (capped by ``covered``). Nothing
+        is written when it raises. With ``durable``, the transaction and every one
+        before it are on disk (fsynced) when it returns; without, they may be lost with the machine."""
+        gone = dropped_stables
+        first: dict[str, int] = {}  # the version of each row's earliest before-image among ``undo``
+        for u in undo:
+            first.setdefault(u.before.name, u.version)
+        live_then = [(at, t) for t in self.all() if (at := gone.get(t.stable or "")) is not None and not t.dropped
+                     and first.get(t.name, at) >= at] if gone else []
+        drops = [replace(t, dropped=True) for _, t in live_then]
+        undo_from, records = self.undo_from, []
+        if self.journaled:
+            undo_from = min(covered, undo_from if trim is None else max(undo_from, trim))
+            records = [(u.version, encode_undo(u)) for u in (*undo, *(Undo(at, t) for at, t in live_then))
+                       if undo_from <= u.version < covered]
         # encoded before the transaction; executemany then steps through C iterators, calling no Python per row,
         # over lists of untracked objects (a list of row tuples costs the garbage collector more than it saves)
         ordered = [*drops, *sorted(tables, key=_name)]
@@ -414,10 +520,19 @@ class MetaStore:
             conn.executemany(insert, rows)
             if forget:
                 conn.executemany("DELETE FROM tables WHERE name = ?", [(n,) for n in forget])
+            lines_n = self.undo_lines
+            if lines_n and undo_from > self.undo_from:
+                lines_n -= conn.execute("DELETE FROM undo WHERE version < ?", (undo_from,)).rowcount
+            if lines_n and covered < self.covered:
+                lines_n -= conn.execute("DELETE FROM undo WHERE version >= ?", (covered,)).rowcount
+            if records:
+                lines_n += conn.executemany("INSERT INTO undo (version, line) VALUES (?, ?)", records).rowcount
             kept = tuple(p for p in (self.ofs if ofs is None else ofs) if p[0] < covered)
             state: dict[str, Any] = {"version": covered, "live": live - len(drops)}
             if kept:
                 state["ofs"] = [list(p) for p in kept]
+            if undo_from != covered:
+                state["undo"] = undo_from
             conn.execute("UPDATE covered SET line = ? WHERE id = 0", (lines.encode(state)[:-1],))
             conn.execute("COMMIT")
         except sqlite3.Error as exc:
@@ -431,9 +546,41 @@ class MetaStore:
             if durable:
                 self._relax()
             self._begin()
-        self.covered, self.live, self.ofs = covered, live - len(drops), kept
+        self.covered, self.live, self.ofs, self.undo_from = covered, live - len(drops), kept, undo_from
+        self.undo_lines = lines_n
         self.synced = durable
         return len(drops)
+
+    def undone(self, version: int) -> list[Undo]:
+        """The journal's before-images of the entries at or after ``version``, newest first; :class:`MetaDamaged`
+        when a line does not verify."""
+        if not self.undo_lines:
+            return []
+        cursor = self._query("SELECT version, line FROM undo WHERE version >= ? ORDER BY version DESC, id DESC",
+                             (version,))
+        try:
+            rows = cursor.fetchall()
+        except sqlite3.Error as exc:
+            raise _error(self.path, exc) from None
+        return [decode_undo(v, line) for v, line in rows]
+
+    def undo_to(self, version: int, created: Iterable[str], ofs: Ofs) -> int:
+        """The store as it was before the entries at or after ``version`` (an entry's start at or above
+        :attr:`undo_from`, at or below :attr:`covered`), in one fsynced transaction covering ``version`` with
+        ``ofs``: each row the journal holds a before-image of takes the oldest of those at or after ``version`` (the
+        journal's before-images applied newest first), and every row then of a create entry at or after it (among
+        them the rows of ``created``, the tables those entries create) is deleted: its before-image is no row.
+        Returns the live tables' count. :class:`MetaDamaged` when the journal or a row does not verify,
+        StorageUnavailable when the disk refuses; nothing is written when it raises."""
+        restored = {u.before.name: u.before for u in self.undone(version)}  # (the oldest last: it is kept)
+        names = list(dict.fromkeys([*created, *restored]))
+        now = self.get_many(names)
+        after = {n: restored.get(n, now.get(n)) for n in names}
+        keep = [t for t in after.values() if t is not None and t.version < version]
+        live = self.live - sum(not t.dropped for t in now.values()) + sum(not t.dropped for t in keep)
+        self.write({}, keep, version, live, durable=True, forget=[n for n in names if n not in {t.name for t in keep}],
+                   ofs=ofs)
+        return live
 
     def _relax(self) -> None:
         """Back to unsynced commits after a durable write (a failure leaves FULL: slower, never less safe)."""

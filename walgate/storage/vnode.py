@@ -29,6 +29,12 @@ some); a vnode of a data dir written before the meta store starts from its
 (marked) so that older entries stay evaluable. Consumer groups' committed
 offsets are not kept here but in the group coordinator's log (coordinator_log.py).
 
+The meta store also keeps an undo journal: the before-images of the rows each meta entry above the high watermark
+changed (:mod:`walgate.storage.meta_store`), so that a follower's cut (:meth:`Vnode.truncate_to`) takes the tables
+back without the WAL below it, which retention may have deleted. It loses what the high watermark passed at each
+store write (:attr:`Wal.visible_version`: a single node's, what it serves); a replica's (of a replicated database,
+or with a high watermark checkpoint) keeps all until a replica manager gives it its high watermark.
+
 The meta store also keeps, with its covered version, ``(WAL version, of)`` of each ALTER/DROP STABLE meta entry that
 names its cluster catalog record ``of`` (:attr:`Vnode.stable_ofs`): cut with the WAL, recomputed from the WAL when the
 store is rebuilt, so a new leader knows which of its database's changes its WAL lacks (:attr:`Vnode.latest_of`).
@@ -55,7 +61,7 @@ import crc32c
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from walgate.storage import fileio, lines
+from walgate.storage import fileio, hw_checkpoint, lines
 from walgate.storage.catalog import DatabaseDef, StableDef, column_from_json
 from walgate.storage.clock import SYSTEM_CLOCK, Clock
 from walgate.storage.damage import DamageLog
@@ -65,7 +71,7 @@ from walgate.storage.errors import StorageError, StorageUnavailable
 from walgate.storage.filecache import FileCache
 from walgate.storage.fileio import SyncLatency
 from walgate.storage.leader_epochs import SINGLE_NODE_EPOCHS, LeaderEpochs, write_new
-from walgate.storage.meta_store import META_STORE, MetaDamaged, MetaStore, OpenStores, TableDef
+from walgate.storage.meta_store import META_STORE, MetaDamaged, MetaStore, OpenStores, TableDef, Undo
 from walgate.storage.wal import KIND_META, Wal, WalEntry, WalOptions
 from walgate.storage.wal_verbatim import EntriesRefused, parse
 
@@ -140,6 +146,8 @@ class Vnode:
         self.dir = directory
         self.wal = wal
         self.damage = damage
+        # a replica's (its high watermark checkpointed by a replica manager: walgate.gateway.replicas) before it opened
+        self._replica = (directory / hw_checkpoint.HW_FILE).exists()
         self._store = self._open_store(whole_store)
         # (WAL version, cluster catalog record) of each ALTER/DROP STABLE meta entry applied that names its record
         # (``of``), in WAL order: the store's (``ofs``) and those applied since (see latest_of)
@@ -147,7 +155,8 @@ class Vnode:
         self._cache: OrderedDict[str, TableDef] = OrderedDict()  # rows as the store holds them, most recent last
         self._dirty: dict[str, TableDef] = {}  # tables changed since the last flush, as they are now
         self._bodies: dict[str, bytes] = {}  # of _dirty's creations, their def_body already encoded (by a planner)
-        self._dropped_stables: set[str] = set()  # supertables dropped since the last flush
+        self._dropped_stables: dict[str, int] = {}  # supertables dropped since the last flush: their first drop's version
+        self._undo: list[Undo] = []  # the before-images of the entries applied since the last flush, in WAL order
         self._absent: set[str] = set()  # names looked up and not found since (a request's new tables, then created)
         self._applied = 0  # every meta entry below this WAL version is applied (see meta_version)
         self._flush_at = FLUSH_TABLES
@@ -289,6 +298,7 @@ class Vnode:
         elif op == "drop_table":
             t = self._known(meta["name"])
             if t is not None and not t.dropped:
+                self._undo.append(Undo(version, t))
                 self._dirty[t.name] = replace(t, dropped=True)
                 self._bodies.pop(t.name, None)
                 self.live_count -= 1
@@ -296,10 +306,11 @@ class Vnode:
             stable = meta["stable"]
             for name, t in self._dirty.items():
                 if t.stable == stable and not t.dropped:
+                    self._undo.append(Undo(version, t))
                     self._dirty[name] = replace(t, dropped=True)
                     self._bodies.pop(name, None)
                     self.live_count -= 1
-            self._dropped_stables.add(stable)
+            self._dropped_stables.setdefault(stable, version)
         if op in ("alter_stable", "drop_stable") and "of" in meta:  # (a replay past the store's: none at or after)
             self.stable_ofs = [p for p in self.stable_ofs if p[0] < version] + [(version, meta["of"])]
         self._applied = max(self._applied, version + 1)
@@ -385,6 +396,8 @@ class Vnode:
         cols = tuple(column_from_json(c) for c in meta["columns"]) if meta.get("columns") else None
         old = None if name in self._absent else self._known(name)  # (which may remember the name as absent)
         self._absent.discard(name)
+        if old is not None:  # (a new name's before-image is no row: its row's version says so, see truncate_to)
+            self._undo.append(Undo(version, old))
         if self._bodies:
             self._bodies.pop(name, None)
         self._dirty[name] = TableDef(name, meta.get("stable"), meta.get("tags") or {}, cols, version, meta["ts"])
@@ -428,7 +441,7 @@ class Vnode:
             return
         dropped = self._checked(lambda: self._store.write(
             self._dropped_stables, self._dirty.values(), covered, self.live_count, durable, bodies=self._bodies,
-            ofs=tuple(self.stable_ofs)))
+            ofs=tuple(self.stable_ofs), undo=self._undo, trim=self._undo_trim()))
         self._applied = max(self._applied, covered)  # (called with every meta entry below ``covered`` applied)
         self.live_count -= dropped
         if self._dropped_stables:
@@ -439,6 +452,7 @@ class Vnode:
         self._dirty.clear()
         self._bodies.clear()
         self._dropped_stables.clear()
+        self._undo.clear()
         self._flush_at = FLUSH_TABLES
         if self._refused:
             log.info("%s: the table meta store takes writes again", self.dir)
@@ -461,6 +475,7 @@ class Vnode:
         self._dirty.clear()
         self._bodies.clear()
         self._dropped_stables.clear()
+        self._undo.clear()
         self._absent.clear()
         self.live_count = 0
         for entry in self.wal.read_from(0):
@@ -477,20 +492,25 @@ class Vnode:
 
         * no meta entry: the meta store is first written (fsynced) as covering the cut (its rows are all of entries
           below it), so a crash at any point after finds it consistent with the WAL, cut or not;
-        * ``create_table`` entries only (a write's new subtables, the common case) once retention deleted versions
-          (a rebuild is then impossible): the store first takes every applied table, then, in one fsynced
-          transaction, forgets the rows those entries created (their version at or after the cut) and covers the
-          cut, as above; no WAL entry below the cut is read. A table re-created in the cut (dropped below it) is
-          forgotten, not dropped again: the store keeps no earlier definition of a row;
-        * any other meta entry (a table's drop), ``create_table`` entries while the WAL is whole, or an entry that
-          cannot be read (its kind unknown): the store is rebuilt from the WAL's meta entries after the cut (a crash before that finds it covering a version past
-          the WAL's end, which the open rebuilds the same way); StorageError, nothing cut, when retention deleted
-          versions (their tables could not be rebuilt);
-        * a supertable's change: an ``alter_stable`` changes no table here (cut as an entry without tables); a
-          ``drop_stable``'s dropped subtables are rebuilt as above, alive again. The catalog stays as it is (it
-          applied the change, and is the truth): these entries are a replicated database's leader's only, and a cut
-          is a follower's, taking its leader's WAL (docs/plans/replication-wiring.md step 6), whose tables are then
-          the vnode's.
+        * meta entries that create or drop tables (``create_table``, ``drop_table``, ``drop_stable``), when the
+          store's undo journal keeps the before-images from the cut on (:mod:`walgate.storage.meta_store`: it
+          keeps those above the high watermark the vnode was given, and no cut goes below it): the store first
+          takes every applied table, then, in one fsynced transaction, takes the rows' before-images, forgets the
+          rows created at or after the cut and covers it, as above; no WAL entry below the cut is read, so it holds
+          after retention deleted versions. A ``drop_stable``'s dropped subtables are alive again, a re-created
+          table has its earlier (dropped) definition back;
+        * ``create_table`` entries only, the journal not keeping the cut's before-images (a store from before it,
+          one damaged), once retention deleted versions (a rebuild is then impossible): as above with what the
+          journal holds; a table re-created in the cut whose before-image it lacks is forgotten, not dropped again;
+        * otherwise (drops the journal does not serve, ``create_table`` entries it does not serve while the WAL is
+          whole, or an entry that cannot be read: its kind unknown): the store is rebuilt from the WAL's meta
+          entries after the cut (a crash before that finds it covering a version past the WAL's end, which the open
+          rebuilds the same way); StorageError, nothing cut, when retention deleted versions (their tables could not
+          be rebuilt);
+        * an ``alter_stable`` changes no table here (cut as an entry without tables). The catalog stays as it is
+          (it applied the supertable's change, and is the truth): these entries are a replicated database's
+          leader's only, and a cut is a follower's, taking its leader's WAL (docs/plans/replication-wiring.md step
+          6), whose tables are then the vnode's.
 
         ValueError for a version outside the WAL; StorageUnavailable, nothing cut, when the disk refuses the store's
         write or the WAL's intent. StorageUnavailable after the cut: the meta store's rebuild refused (a retry of the
@@ -514,21 +534,19 @@ class Vnode:
 
     def _cut_wal(self, version: int) -> None:
         """The WAL and the tables cut back to ``version``, an entry's start below the end (see :meth:`truncate_to`)."""
-        created, rebuild = self._cut_meta(version)
-        retained = self.wal.first_version > 0
-        if created and not retained:
-            rebuild = True  # (exact: a table re-created in the cut gets its earlier, dropped definition back)
-        if rebuild and retained:
-            raise StorageError(f"{self.dir}: truncating to version {version} would undo tables dropped there, and "
-                               f"retention deleted the versions below {self.wal.first_version} a rebuild needs")
-        if created and not rebuild:
-            self._forget_created(created, version)
-        elif not rebuild and self._store.covered > version:
+        created, other, unreadable = self._cut_meta(version)
+        undone = not unreadable and bool(created or other) and self._undo_to(version, created, other)
+        rebuild = unreadable or bool(created or other) and not undone
+        if rebuild and self.wal.first_version > 0:
+            raise StorageError(f"{self.dir}: truncating to version {version} would undo tables dropped or created "
+                               f"there that the meta store's undo journal does not keep, and retention deleted the "
+                               f"versions below {self.wal.first_version} a rebuild needs")
+        if not rebuild and not undone and self._store.covered > version:
             self._flush(version, durable=True)  # (_applied is then max(_applied, version): lowered below)
         try:
             self.wal.truncate_to(version)
         except StorageUnavailable:
-            if created and not rebuild:  # the store covers the cut: take the kept entries' tables again
+            if undone:  # the store covers the cut: take the kept entries' tables again
                 for entry in self.wal.read_from(version):
                     if entry.kind == KIND_META:
                         self._replay_meta(entry)
@@ -540,45 +558,61 @@ class Vnode:
             self._rebuild_pending = True
             self._rebuild_after_cut()
 
-    def _cut_meta(self, version: int) -> tuple[list[str], bool]:
+    def _cut_meta(self, version: int) -> tuple[list[str], bool, bool]:
         """What the WAL's entries from ``version`` on hold of tables: the names their ``create_table`` entries
-        create, and whether any other meta entry or an entry that cannot be read is among them (a version skipped:
-        :meth:`Wal.read_from` passes over damaged entries, whose kind is unknown); an ``alter_stable`` counts as
-        neither (it changes no table here, see :meth:`truncate_to`)."""
+        create, whether any other meta entry changing tables (a drop) is among them, and whether an entry among
+        them cannot be read (a version skipped: :meth:`Wal.read_from` passes over damaged entries, whose kind is
+        unknown); an ``alter_stable`` counts as neither (it changes no table here, see :meth:`truncate_to`)."""
         created: list[str] = []
+        other = False
         expected = version
         for entry in self.wal.read_from(version):
             if entry.version != expected:
-                return created, True
+                return created, other, True
             expected = entry.next_version
             if entry.kind != KIND_META:
                 continue
             try:
                 meta = decode_whole(entry).meta or {}
             except Undecodable:
-                return created, True
+                return created, other, True
             op = meta.get("op")
-            if op == "alter_stable":
-                continue
-            if op != "create_table":
-                return created, True
-            created.append(meta["name"])
-        return created, expected != self.wal.next_version
+            if op == "create_table":
+                created.append(meta["name"])
+            elif op != "alter_stable":
+                other = True
+        return created, other, expected != self.wal.next_version
 
-    def _forget_created(self, names: list[str], version: int) -> None:
-        """The store without the tables ``names`` as created at or after ``version`` (by the cut entries), covering
-        ``version``, fsynced; every table applied is written first. StorageUnavailable, the store covering what it
-        did, when the disk refuses."""
+    def _undo_to(self, version: int, created: list[str], other: bool) -> bool:
+        """The store as before the entries from ``version`` on, by its undo journal, covering ``version``, fsynced
+        (every table applied written first); whether the journal could serve the cut: it keeps the before-images
+        from ``version`` on, or the cut entries only create tables and retention deleted versions (a rebuild is
+        impossible: a table re-created in the cut whose before-image was trimmed is forgotten, not dropped again).
+        StorageUnavailable, the store covering what it did, when the disk refuses; a journal found damaged serves
+        nothing (logged)."""
         self._flush(self._applied)
-        rows = self._checked(lambda: self._store.get_many(names))
-        gone = [t for t in rows.values() if t.version >= version]
-        live = self._store.live - sum(not t.dropped for t in gone)
-        self._checked(lambda: self._store.write((), (), version, live, durable=True, forget=[t.name for t in gone],
-                                                ofs=tuple(self.stable_ofs)))
-        self.live_count = live
-        for t in gone:
-            self._cache.pop(t.name, None)
+        store = self._store
+        if not (store.journaled and store.undo_from <= version) and (other or self.wal.first_version == 0):
+            return False
+        try:
+            self.live_count = store.undo_to(version, created, tuple(p for p in self.stable_ofs if p[0] < version))
+        except MetaDamaged as exc:
+            log.error("%s: the table meta store cannot be cut back to version %d by its undo journal: %s", self.dir,
+                      version, exc)
+            return False
+        self._cache.clear()
         self._absent.clear()
+        return True
+
+    def _undo_trim(self) -> int | None:
+        """The WAL version below which no cut goes from now on, so the undo journal need not keep the before-images
+        of entries below it: the high watermark (:attr:`Wal.visible_version`; a single node's: what it serves); None
+        for a replica (of a replicated database, or one whose high watermark a replica manager checkpointed) whose
+        high watermark this engine was not given yet (just opened: its visible version would include a divergent
+        tail)."""
+        if self.wal.replication is None and (self.db.replication_factor > 1 or self._replica):
+            return None
+        return self.wal.visible_version
 
     def _rebuild_after_cut(self) -> None:
         """The meta store rebuilt from every meta entry of the WAL, just cut (see :meth:`truncate_to`)."""
@@ -587,6 +621,7 @@ class Vnode:
         self._dirty.clear()
         self._bodies.clear()
         self._dropped_stables.clear()
+        self._undo.clear()
         self._absent.clear()
         self._applied = 0
         self.live_count = 0
