@@ -11,16 +11,13 @@ surviving node's log has a traceback.
 
 from __future__ import annotations
 
-import signal
 from contextlib import ExitStack
 from pathlib import Path
 
-from confluent_kafka.admin import NewTopic
 from etcd_cluster import EtcdCluster
-from serve_support import create_topics, eventually, no_traceback, produce_to
-from test_serve_cluster_replicated_topics import bootstrap, described, three_nodes
+from serve_support import no_traceback
 from test_serve_cluster_share_admin import _admin
-from test_serve_cluster_share_failover import COUNT, _groups
+from test_serve_cluster_share_failover import COUNT, consumed_then_killed
 from test_serve_cluster_shares import TOPIC, _java, _records
 
 
@@ -35,23 +32,7 @@ def _expected(acknowledged: set[str]) -> tuple[int, int]:
 def test_share_groups_are_described_altered_deleted_and_listed_after_their_partitions_leader_is_killed(
         etcd1: EtcdCluster, tmp_path: Path) -> None:
     with ExitStack() as stack:
-        nodes = three_nodes(stack, etcd1, tmp_path, "--override", "offsets.topic.num.partitions=3")
-        servers = bootstrap(nodes)
-        create_topics(servers, NewTopic(TOPIC, 1, 3))
-        values = [b"v%d" % i for i in range(COUNT)]
-        assert produce_to(nodes[0].kafka_port, TOPIC, {0: values}) == {0: list(range(COUNT))}
-        leader = described(nodes[0], TOPIC)[0][0]
-        apart, together = _groups(servers, leader)
-        workers = [_java("ShareWorker.java", nodes[leader - 1].kafka_port, group, "--max-records", "10",
-                         "--set", "max.poll.records=5", "--idle", "10", "--timeout", "60") for group in (apart, together)]
-        acknowledged = [{r["value"] for r in _records(w, timeout=90)} for w in workers]
-        victim = nodes[leader - 1]
-        victim.proc.send_signal(signal.SIGKILL)
-        victim.proc.wait(10)
-        survivors = [s for s in nodes if s is not victim]
-        eventually("another node leads the partition", lambda: described(survivors[0], TOPIC)[0][0] not in
-                   (leader, -1))
-
+        _, survivors, (apart, together), acknowledged, _ = consumed_then_killed(stack, etcd1, tmp_path)
         tp = f"{TOPIC}:0"
         port = survivors[0].kafka_port
         listed, offsets_apart, offsets_together = _admin(port, ["list"], ["offsets", apart], ["offsets", together])
