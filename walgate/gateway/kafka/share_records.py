@@ -15,6 +15,7 @@ record first and fences the leader's cached state with a state epoch instead).
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterable
 from typing import Any
 
@@ -22,6 +23,7 @@ from walgate.coordinator.share_admin import recorded_groups
 from walgate.coordinator.share_coordinator import ShareKey
 from walgate.gateway.kafka.broker import Broker
 from walgate.storage.coordinator_partitions import partition_for
+from walgate.storage.topics_snapshot import TopicsSnapshot
 
 __all__ = ["group_records", "persisted", "recorded_ids"]
 
@@ -32,28 +34,36 @@ def persisted(broker: Broker) -> bool:
 
 
 def group_records(broker: Broker, group_ids: Iterable[str]) -> dict[ShareKey, Any]:
-    """On the coordinator lane: the recorded states (durable; deleted ones left out) of the share-partitions of
-    ``group_ids`` whose coordinator partition this node leads and has loaded ({} for the others, and when the
-    states are not records: :func:`persisted`)."""
+    """On the coordinator lane: the recorded states (durable; deletions and topics deleted since left out) of the
+    share-partitions of ``group_ids`` whose coordinator partition this node leads and has loaded ({} for the
+    others, and when the states are not records: :func:`persisted`)."""
     coordinators = broker.coordinators
     replicated = None if coordinators is None else coordinators.replicated
     ids = set(group_ids)
     if coordinators is None or replicated is None or not persisted(broker):
         return {}
     out: dict[ShareKey, Any] = {}
+    topics = broker.topics()
     for p in sorted({partition_for(g, coordinators.partitions) for g in ids}):
         log = replicated.share_log(p)
         if log is not None:
-            out.update((k, v) for k, v in log.states().items() if k[0] in ids and v is not None)
+            out.update((k, v) for k, v in log.states().items() if k[0] in ids and _live(topics, k, v))
     return out
 
 
+def _live(topics: TopicsSnapshot, key: ShareKey, value: Any) -> bool:
+    """Whether a record holds a state (not a deletion) of a topic that still exists (a share-partition of a topic
+    deleted since is none: no leader reads or writes it again)."""
+    return value is not None and topics.topic_name(uuid.UUID(key[1])) is not None
+
+
 def recorded_ids(broker: Broker) -> set[str]:
-    """On the coordinator lane: the ids of the groups with a recorded share-partition state in every coordinator
-    partition this node leads and has loaded (none unless :func:`persisted`)."""
+    """On the coordinator lane: the ids of the groups with a recorded share-partition state (of a topic that exists)
+    in every coordinator partition this node leads and has loaded (none unless :func:`persisted`)."""
     coordinators = broker.coordinators
     replicated = None if coordinators is None else coordinators.replicated
     if coordinators is None or replicated is None or not persisted(broker):
         return set()
-    return set().union(*(recorded_groups(log.states().items()) for p in range(coordinators.partitions)
-                         if (log := replicated.share_log(p)) is not None))
+    topics = broker.topics()
+    return set().union(*(recorded_groups((k, v) for k, v in log.states().items() if _live(topics, k, v))
+                         for p in range(coordinators.partitions) if (log := replicated.share_log(p)) is not None))

@@ -112,14 +112,14 @@ async def _delete_share_groups(broker: Broker, ids: list[str], consumers: set[st
         if not recorded:
             return await _deleted(broker, ids, states, placed, lambda g: every, {})
         # (no member joins them meanwhile) the share-partitions the share coordinator records, each deleted by its
-        # partition's leader now
+        # partition's leader now (a record of a topic deleted since is left: no leader writes it)
         assert broker.shares is not None
         records = await answered(broker.shares.run(lambda _topics, _c: group_records(broker, ids)), lambda code: {})
         named = {k: (name, k[2]) for k in records if (name := placed.topic_name(uuid.UUID(k[1]))) is not None}
         away = led_elsewhere(broker, placed, set(named.values()))
         remote = {g: {named[k]: away[named[k]] for k in named if k[0] == g and named[k] in away} for g in ids}
         return await _deleted(broker, ids, states, placed, remote.__getitem__,
-                              {k: v for k, v in records.items() if named.get(k) not in away})
+                              {k: v for k, v in records.items() if k in named and named[k] not in away})
 
 
 async def _deleted(broker: Broker, ids: list[str], states: dict[str, str | None], placed: TopicsSnapshot,
