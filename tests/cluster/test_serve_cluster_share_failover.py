@@ -12,6 +12,7 @@ import contextlib
 import signal
 from contextlib import ExitStack
 from pathlib import Path
+from typing import NamedTuple
 
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic, ResourceType
@@ -19,6 +20,8 @@ from etcd_cluster import EtcdCluster
 from serve_support import create_topics, eventually, no_traceback, produce_to
 from test_serve_cluster_replicated_topics import bootstrap, described, three_nodes
 from test_serve_cluster_shares import TOPIC, _java, _records  # (its _java consumes its TOPIC)
+
+from livewalgate import WalgateServer
 
 COUNT = 30
 
@@ -48,32 +51,50 @@ def _groups(servers: str, leader: int) -> tuple[str, str]:
     return apart, together
 
 
+class Killed(NamedTuple):
+    """What :func:`consumed_then_killed` left: the three nodes (node ``i + 1`` is ``nodes[i]``), those still running,
+    the two groups, the values each acknowledged, and every value produced."""
+
+    nodes: list[WalgateServer]
+    survivors: list[WalgateServer]
+    groups: tuple[str, str]
+    acknowledged: list[set[str]]
+    values: list[bytes]
+
+
+def consumed_then_killed(stack: ExitStack, etcd: EtcdCluster, tmp_path: Path) -> Killed:
+    """Three replicated nodes, ``TOPIC`` of one partition of replication factor 3 with :data:`COUNT` records, two
+    share groups (:func:`_groups`) whose Java ``KafkaShareConsumer`` each acknowledged 10 to 14 records through the
+    partition's leader; then the leader killed -9 and another node leading the partition."""
+    nodes = three_nodes(stack, etcd, tmp_path, "--override", "offsets.topic.num.partitions=3")
+    servers = bootstrap(nodes)
+    create_topics(servers, NewTopic(TOPIC, 1, 3))
+    values = [b"v%d" % i for i in range(COUNT)]
+    assert produce_to(nodes[0].kafka_port, TOPIC, {0: values}) == {0: list(range(COUNT))}
+    leader = described(nodes[0], TOPIC)[0][0]
+    groups = _groups(servers, leader)
+
+    workers = [_java("ShareWorker.java", nodes[leader - 1].kafka_port, group, "--max-records", "10",
+                     "--set", "max.poll.records=5", "--idle", "10", "--timeout", "60") for group in groups]
+    # each record ACCEPTed and committed (commitSync) before its worker exited
+    acknowledged = [{r["value"] for r in _records(w, timeout=90)} for w in workers]
+    assert all(10 <= len(a) < COUNT for a in acknowledged), acknowledged
+    victim = nodes[leader - 1]
+    victim.proc.send_signal(signal.SIGKILL)
+    victim.proc.wait(10)
+    survivors = [s for s in nodes if s is not victim]
+    eventually("another node leads the partition", lambda: described(survivors[0], TOPIC)[0][0] not in
+               (leader, -1))
+    return Killed(nodes, survivors, groups, acknowledged, values)
+
+
 def test_acknowledged_records_stay_acknowledged_after_the_share_partitions_leader_is_killed(
         etcd1: EtcdCluster, tmp_path: Path) -> None:
     """Two share groups over one partition: one coordinated by another node (its leader writes its state with
     WriteShareGroupState), one by the partition's leader itself (written locally; killed with it, its
     ``__consumer_offsets`` partition's new leader replays the state)."""
     with ExitStack() as stack:
-        nodes = three_nodes(stack, etcd1, tmp_path, "--override", "offsets.topic.num.partitions=3")
-        servers = bootstrap(nodes)
-        create_topics(servers, NewTopic(TOPIC, 1, 3))
-        values = [b"v%d" % i for i in range(COUNT)]
-        assert produce_to(nodes[0].kafka_port, TOPIC, {0: values}) == {0: list(range(COUNT))}
-        leader = described(nodes[0], TOPIC)[0][0]
-        groups = _groups(servers, leader)
-
-        workers = [_java("ShareWorker.java", nodes[leader - 1].kafka_port, group, "--max-records", "10",
-                         "--set", "max.poll.records=5", "--idle", "10", "--timeout", "60") for group in groups]
-        # each record ACCEPTed and committed (commitSync) before its worker exited
-        acknowledged = [{r["value"] for r in _records(w, timeout=90)} for w in workers]
-        assert all(10 <= len(a) < COUNT for a in acknowledged), acknowledged
-        victim = nodes[leader - 1]
-        victim.proc.send_signal(signal.SIGKILL)
-        victim.proc.wait(10)
-        survivors = [s for s in nodes if s is not victim]
-        eventually("another node leads the partition", lambda: described(survivors[0], TOPIC)[0][0] not in
-                   (leader, -1))
-
+        nodes, survivors, groups, acknowledged, values = consumed_then_killed(stack, etcd1, tmp_path)
         workers = [_java("ShareWorker.java", survivors[0].kafka_port, group, "--idle", "4", "--timeout", "60")
                    for group in groups]
         for group, worker, before in zip(groups, workers, acknowledged, strict=True):

@@ -20,6 +20,11 @@ answers it). Changing offsets is for an empty group only (NON_EMPTY_GROUP otherw
   (ReadShareGroupStateSummary), per share-partition and with no group check (the coordinator made it). The
   coordinator's own functions above take ``here``: whether a topic's partition's state is kept on its node; those
   kept elsewhere are validated but left to the caller to send.
+* In a replicated cluster every share-partition state of a group is a record of the group's own
+  ``__consumer_offsets`` partition, kept by its leader, the group's coordinator (KIP-932's share coordinator,
+  :mod:`walgate.gateway.kafka.share_persister`): the administration reads those records, ``recorded`` here
+  (:func:`recorded_summary`, :func:`describe_recorded`, :func:`recorded_groups`), not the share-partitions this
+  node happened to use, as Kafka's group coordinator reads them through its persister.
 
 Pure and synchronous: names and partition counts of topics come through :class:`ShareTopics`; every change is
 made through the coordinator's :meth:`~walgate.coordinator.share_coordinator.ShareCoordinator.reset` and
@@ -29,16 +34,18 @@ back) as every other share change.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
-from walgate.coordinator.share_coordinator import ShareCoordinator
+from walgate.coordinator.share_coordinator import ShareCoordinator, ShareKey
+from walgate.coordinator.share_partition import RecordState
 
 __all__ = [
     "Here", "ShareTopics", "StateResult", "alter_offsets", "delete_group", "delete_offsets", "delete_states",
-    "describe_offsets", "group_state", "initialize_states", "list_groups", "state_summaries",
+    "describe_offsets", "describe_recorded", "group_state", "initialize_states", "list_groups", "recorded_groups",
+    "recorded_summary", "state_summaries",
 ]
 
 UNKNOWN_TOPIC = "This server does not host this topic-partition."
@@ -86,6 +93,52 @@ def list_groups(coordinator: ShareCoordinator, states_filter: Sequence[str] = ()
     listed = [(g, group_state(coordinator, g) or "Dead") for g in ids]
     return [{"group_id": g, "protocol_type": "share", "group_state": state, "group_type": "share"}
             for g, state in listed if not states or state.lower() in states]
+
+
+def recorded_summary(value: Any) -> tuple[int, int]:
+    """(start offset, records past it ACKNOWLEDGED or ARCHIVED) of a share-partition's recorded value
+    (:meth:`SharePartition.to_record <walgate.coordinator.share_partition.SharePartition.to_record>`'s runs
+    ``[first, last, state, delivery count]``), what :meth:`ShareCoordinator.summary` answers of it once loaded."""
+    final = (RecordState.ACKNOWLEDGED, RecordState.ARCHIVED)
+    return int(value["s"]), sum(int(last) - int(first) + 1 for first, last, state, _ in value["r"]
+                                if int(state) in final)
+
+
+def recorded_groups(records: Iterable[tuple[ShareKey, Any]]) -> set[str]:
+    """The ids of the groups of which ``records`` (share-partition key, value; None: deleted) hold a state."""
+    return {key[0] for key, value in records if value is not None}
+
+
+def describe_recorded(topics: ShareTopics, records: Mapping[ShareKey, Any], group_id: str,
+                      wanted: Sequence[tuple[str, Sequence[int]]] | None,
+                      marks: Mapping[tuple[str, int], int]) -> list[dict[str, Any]]:
+    """DescribeShareGroupOffsets' topics of one group from the share coordinator's ``records`` (a replicated
+    cluster's): ``wanted`` as (topic name, partitions), None for every share-partition recorded (of a topic that
+    still exists), by topic name; start offset -1 for a partition without a record. The lag is the high watermark
+    in ``marks`` (topic key, partition; its leader's) less the start offset less the records past it acknowledged
+    or archived, -1 when the watermark is unknown. Topic ids are topic keys (the caller's to turn into UUIDs)."""
+    def described(key: str | None, partitions: Iterable[int]) -> list[dict[str, Any]]:
+        out = []
+        for p in partitions:
+            value = None if key is None else records.get((group_id, key, p))
+            start, lag = -1, -1
+            if value is not None:
+                start, done = recorded_summary(value)
+                mark = marks.get((key or "", p))
+                lag = -1 if mark is None else max(0, mark - start - done)
+            out.append({"partition_index": p, "start_offset": start, "leader_epoch": 0, "lag": lag,
+                        "error_code": ErrorCode.none, "error_message": None})
+        return out
+
+    if wanted is None:
+        by_topic: dict[str, list[int]] = {}
+        for (group, topic, p), value in records.items():
+            if group == group_id and value is not None:
+                by_topic.setdefault(topic, []).append(p)
+        wanted = sorted((name, sorted(ps)) for topic, ps in by_topic.items()
+                        if (name := topics.name(topic)) is not None)
+    return [{"topic_name": name, "topic_id": (key := topics.key(name)), "partitions": described(key, partitions)}
+            for name, partitions in wanted]
 
 
 def _refusal(coordinator: ShareCoordinator, group_id: str, elsewhere: bool) -> tuple[int, str | None] | None:
@@ -174,20 +227,21 @@ def alter_offsets(coordinator: ShareCoordinator, topics: ShareTopics, group_id: 
 
 
 def delete_offsets(coordinator: ShareCoordinator, topics: ShareTopics, group_id: str,
-                   names: Sequence[str], here: Here = _everywhere,
-                   elsewhere: bool = False) -> tuple[int, str | None, list[dict[str, Any]]]:
+                   names: Sequence[str], here: Here = _everywhere, elsewhere: bool = False,
+                   recorded: Collection[ShareKey] = ()) -> tuple[int, str | None, list[dict[str, Any]]]:
     """DeleteShareGroupOffsets: (error code, message, per-topic results); a group-level error changes nothing. A
     topic with a partition not ``here`` is answered NONE whether or not this node kept state of it: the caller
     deletes the state of those partitions on their leaders and answers what they say. ``elsewhere``: as for
-    :func:`alter_offsets`."""
+    :func:`alter_offsets`. ``recorded``: the share-partitions the share coordinator keeps a record of (a replicated
+    cluster's), deleted with those this node holds (here, by ``here``)."""
     refused = _refusal(coordinator, group_id, elsewhere)
     if refused is not None:
         return refused[0], refused[1], []
-    keys = coordinator.state_keys(group_id)
+    keys = set(coordinator.state_keys(group_id)) | {k for k in recorded if k[0] == group_id}
     out = []
     for name in names:
         key = topics.key(name)
-        mine = [k for k in keys if k[1] == key]
+        mine = sorted(k for k in keys if k[1] == key and here(name, k[2]))
         if key is None:
             out.append({"topic_name": name, "topic_id": None, "error_code": ErrorCode.unknown_topic_or_partition,
                         "error_message": UNKNOWN_TOPIC})
@@ -201,13 +255,15 @@ def delete_offsets(coordinator: ShareCoordinator, topics: ShareTopics, group_id:
     return ErrorCode.none, None, out
 
 
-def delete_group(coordinator: ShareCoordinator, group_id: str, elsewhere: bool = False) -> int:
+def delete_group(coordinator: ShareCoordinator, group_id: str, elsewhere: bool = False,
+                 recorded: Collection[ShareKey] = ()) -> int:
     """DeleteGroups of a share group: GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP, or NONE with its share-partitions'
-    state and sessions gone (``elsewhere``: as for :func:`alter_offsets`)."""
+    state and sessions gone (``elsewhere``: as for :func:`alter_offsets`; ``recorded``: share-partitions of the
+    group recorded by the share coordinator whose partition this node leads, deleted with those it holds)."""
     refused = _refusal(coordinator, group_id, elsewhere)
     if refused is not None:
         return refused[0]
-    for key in coordinator.state_keys(group_id):
+    for key in sorted(set(coordinator.state_keys(group_id)) | {k for k in recorded if k[0] == group_id}):
         coordinator.drop(key)
     coordinator.drop_sessions(group_id)
     return ErrorCode.none

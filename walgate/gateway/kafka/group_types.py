@@ -20,7 +20,8 @@ this id; a node that does not answer within :data:`~walgate.gateway.kafka.share_
 (refusing it would stop every new consumer group while any node is down, waiting the node links' 10 s would hold
 each while one is stalled). That question is asked once in a group's life, at its first member's first join (a
 group of this node's already answers it here). The offset APIs check only this node's share groups: asking every
-node at each commit would cost a round trip per commit."""
+node at each commit would cost a round trip per commit. In a replicated cluster no other node is asked: the
+join's coordinator is the group's share coordinator and reads its records (:mod:`.share_records`)."""
 
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ from collections.abc import Awaitable
 from walgate.coordinator.store import EngineOffsetStore
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.handlers.common import error_of
+from walgate.gateway.kafka.share_records import group_records, persisted
 from walgate.gateway.kafka.share_remote import groups_kept
 from walgate.wire.errors import ErrorCode
 
@@ -69,6 +71,9 @@ async def joined_share_id(broker: Broker, group_id: str, code: int, message: str
             return None
     except Exception as exc:  # noqa: BLE001 - answered as its error code
         return error_of(exc), None
+    shares = broker.shares
+    if persisted(broker):  # a replicated cluster: the share coordinator (this node) records the group's state
+        return (code, message) if await shares.lane.call(lambda: group_records(broker, [group_id])) else None
     return (code, message) if group_id in await groups_kept(broker.links, broker.node_id) else None
 
 

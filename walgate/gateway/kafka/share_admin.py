@@ -12,13 +12,14 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar, cast
 
-from walgate.coordinator.share_admin import group_state
+from walgate.coordinator.share_admin import group_state, recorded_groups
 from walgate.coordinator.share_coordinator import ShareCoordinator
 from walgate.gateway.audit import audit_kafka
 from walgate.gateway.kafka.access import Operation, ResourceType, allowed
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.handlers.common import GROUP_WRITE, answered
+from walgate.gateway.kafka.share_records import group_records, persisted
 from walgate.gateway.kafka.share_remote import kept_elsewhere
 from walgate.storage.topics_snapshot import TopicsSnapshot
 from walgate.wire.errors import ErrorCode
@@ -88,7 +89,8 @@ async def cluster_states(broker: Broker, group_ids: Sequence[str]) -> dict[str, 
     """In cluster mode, the state of each of ``group_ids`` as its coordinator (this node) sees it across the nodes
     (:func:`~walgate.coordinator.share_admin.group_state`): its own node's, else ``Empty`` when other nodes keep
     state of it (it consumed only partitions placed there), else :data:`UNANSWERED` when a node did not answer
-    whether it keeps any, else None. Empty on a single node, or when the share service fails (the change asked then
+    whether it keeps any, else None. In a replicated cluster no other node is asked: ``Empty`` when the share
+    coordinator (this node) records a share-partition state of it (:mod:`.share_records`). Empty on a single node, or when the share service fails (the change asked then
     fails and answers it). The ids unknown here are asked :data:`ASKED_AT_ONCE` at a time (the summary RPC names
     one group), each of every other node at once."""
     return await _across(broker, group_ids, None)
@@ -135,12 +137,15 @@ async def _across(broker: Broker, group_ids: Sequence[str], held: list[str] | No
         return {}
 
     def local(_topics: TopicsSnapshot, coordinator: ShareCoordinator) -> dict[str, str | None]:
-        states = {g: group_state(coordinator, g) for g in group_ids}
+        recorded = recorded_groups(group_records(broker, group_ids).items())  # (none unless persisted)
+        states = {g: group_state(coordinator, g) or ("Empty" if g in recorded else None) for g in group_ids}
         if held is not None:
             held.extend(coordinator.groups.hold(states))
         return states
 
     states: dict[str, str | None] = await answered(shares.run(local), lambda code: {})
+    if persisted(broker):  # the share coordinator's records are every share-partition state of its groups
+        return states
     placed, bound = broker.topics(), asyncio.Semaphore(ASKED_AT_ONCE)
 
     async def across(group_id: str) -> str | None:

@@ -44,12 +44,14 @@ from kio.schema.read_share_group_state_summary.v1.request import (
 from kio.schema.types import BrokerId, TopicName
 from kio.static.primitive import i8, i32, i64
 
+from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.node_links import NodeLinks, NodeUnreachable
+from walgate.gateway.kafka.share_leaders import elsewhere as leaders_elsewhere
 from walgate.storage.topics_snapshot import TopicsSnapshot
 from walgate.wire.errors import ErrorCode
 
 __all__ = ["ASK_S", "Placed", "StateAnswer", "delete", "elsewhere", "everything_elsewhere", "groups_kept",
-           "high_watermarks", "initialize", "kept_elsewhere", "summaries"]
+           "high_watermarks", "initialize", "kept_elsewhere", "led_elsewhere", "summaries"]
 
 ASK_S = 2.0
 """How long a client request's question to the other nodes waits for their answers (a consumer group's first join,
@@ -76,6 +78,16 @@ class StateAnswer(NamedTuple):
 def elsewhere(node_id: int, topics: TopicsSnapshot, asked: Iterable[Key]) -> dict[Key, int]:
     """Those of the ``asked`` share-partitions placed on a node other than ``node_id`` -> their node."""
     return {(name, p): node for name, p in asked if (node := topics.node_of(name, p, node_id)) != node_id}
+
+
+def led_elsewhere(broker: Broker, topics: TopicsSnapshot, asked: Iterable[Key]) -> dict[Key, int]:
+    """Those of the ``asked`` share-partitions another node serves now -> that node: a one-copy partition's node by
+    placement (as :func:`elsewhere`), a replicated one's leader by its partition state (-1 while it has none, or
+    none was read: :func:`walgate.gateway.kafka.share_leaders.elsewhere`), so a change reaches its leader wherever
+    it moved. A topic gone is left out (answered as unknown here)."""
+    keyed = [(str(tid), name, p) for name, p in asked if (tid := topics.topic_id(name)) is not None]
+    names = {(key, p): name for key, name, p in keyed}
+    return {(names[k], k[1]): leader for k, (leader, _) in leaders_elsewhere(broker, topics, keyed).items()}
 
 
 def everything_elsewhere(node_id: int, topics: TopicsSnapshot) -> dict[Key, int]:
@@ -123,6 +135,9 @@ async def _across(links: NodeLinks | None, topics: TopicsSnapshot, placed: Place
         tid = topics.topic_id(name)
         if tid is None:
             out[(name, p)] = StateAnswer(ErrorCode.unknown_topic_or_partition, f"There is no topic {name}.")
+        elif node < 0:
+            out[(name, p)] = StateAnswer(ErrorCode.coordinator_not_available,
+                                         f"{name}-{p} has no leader now: try again later.")
         else:
             by_node.setdefault(node, {}).setdefault(tid, []).append((name, p))
     for answers in await asyncio.gather(*(_ask(links, node, keys, request_of) for node, keys in by_node.items())):

@@ -6,8 +6,9 @@ in its ``share_groups.log``.
 Only a cluster node is answered (Kafka's ClusterAction, :mod:`.node_auth`): any other principal gets
 CLUSTER_AUTHORIZATION_FAILED for every partition, nothing read or changed, and so does every client of a single
 node. Then, per partition: INVALID_REQUEST for an empty group id or no topic id, NOT_COORDINATOR for a partition
-placed on another node (as Kafka's share coordinator answers a key it does not own; the sender looks the placement up
-again), the answer of :mod:`walgate.coordinator.share_admin`'s leader functions otherwise, run on the share service
+another node serves now (placed there, or, replicated, led there or by none:
+:func:`~walgate.gateway.kafka.share_remote.led_elsewhere`; as Kafka's share coordinator answers a key it does not
+own; the sender looks the leader up again), the answer of :mod:`walgate.coordinator.share_admin`'s leader functions otherwise, run on the share service
 (a change durable before the answer; a refused write answers every partition COORDINATOR_NOT_AVAILABLE, retriable,
 nothing changed). The group's coordinator made the group's checks (members, authorization of the client) before
 sending them: a leader has none to make.
@@ -30,6 +31,7 @@ from walgate.gateway.kafka.group_coordinators import refusal
 from walgate.gateway.kafka.handlers.common import TRANSACTIONS, answered
 from walgate.gateway.kafka.node_auth import from_cluster_node
 from walgate.gateway.kafka.share_admin import SnapshotTopics
+from walgate.gateway.kafka.share_remote import led_elsewhere
 from walgate.storage.coordinator_partitions import partition_for
 from walgate.storage.replicated_coordinator_log import ReplicatedShareStateLog
 from walgate.storage.share_state_log import ShareKey
@@ -65,6 +67,10 @@ async def answer_states(broker: Broker, ctx: RequestContext, group_id: str,
     if not group_id:
         return every(ErrorCode.invalid_request, "The group id is empty.")
 
+    now = broker.topics()
+    away = led_elsewhere(broker, now, [(name, partition_of(i)) for tid, items in asked if tid is not None
+                                       and (name := now.topic_name(tid)) is not None for i in items])
+
     def on_lane(snapshot: TopicsSnapshot, coordinator: ShareCoordinator) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
         for tid, items in asked:
@@ -75,7 +81,7 @@ async def answer_states(broker: Broker, ctx: RequestContext, group_id: str,
                 p = partition_of(item)
                 if tid is None:
                     answers[i] = _refused(p, ErrorCode.invalid_request, "The topic id is missing.")
-                elif name is not None and (node := snapshot.node_of(name, p, broker.node_id)) != broker.node_id:
+                elif name is not None and (node := away.get((name, p))) is not None:
                     answers[i] = _refused(p, ErrorCode.not_coordinator,
                                           f"The share-partition state of {name}-{p} is kept by node {node}.")
                 else:

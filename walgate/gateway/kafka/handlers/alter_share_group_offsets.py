@@ -4,9 +4,11 @@ GROUP_ID_NOT_FOUND for no share group). The new start offsets are in ``share_gro
 answer; a refused write changes nothing and answers the group's error (:mod:`.common`).
 
 In cluster mode the group's coordinator answers it (NOT_COORDINATOR from the other nodes): it checks the group and
-the partitions, sets those whose share-partition state its node keeps, then has each other partition's leader set
-its own (InitializeShareGroupState, :mod:`walgate.gateway.kafka.share_remote`) and answers what that leader said: a
-leader that does not answer makes its partitions answer COORDINATOR_NOT_AVAILABLE, retriable, the others changed.
+the partitions, sets those its node serves, then has each other partition's leader set its own
+(InitializeShareGroupState, :mod:`walgate.gateway.kafka.share_remote`: a one-copy partition's node, a replicated
+one's leader now, which writes it to the share coordinator's record) and answers what that leader said: a leader
+that does not answer, or a replicated partition without one, makes its partitions answer
+COORDINATOR_NOT_AVAILABLE, retriable, the others changed.
 A group without members or state on its coordinator's node is an empty one when another node keeps state of it
 (:func:`walgate.gateway.kafka.share_admin.cluster_states`), else GROUP_ID_NOT_FOUND, but COORDINATOR_NOT_AVAILABLE
 (retriable) when a node did not answer whether it keeps state of it.
@@ -34,7 +36,7 @@ from walgate.gateway.kafka.share_admin import (
     held_change,
     refused_group,
 )
-from walgate.gateway.kafka.share_remote import elsewhere, initialize
+from walgate.gateway.kafka.share_remote import initialize, led_elsewhere
 from walgate.storage.topics_snapshot import TopicsSnapshot
 from walgate.wire.errors import ErrorCode
 from walgate.wire.messages import (
@@ -70,7 +72,7 @@ async def _alter(broker: Broker, ctx: RequestContext, request: AlterShareGroupOf
                for t in request.topics if t.topic_name in readable]
 
     placed = broker.topics()
-    remote = elsewhere(broker.node_id, placed, ((name, p) for name, ps in offsets for p, _ in ps))
+    remote = led_elsewhere(broker, placed, ((name, p) for name, ps in offsets for p, _ in ps))
 
     def alter(topics: TopicsSnapshot, coordinator: ShareCoordinator) -> Outcome:
         return alter_offsets(coordinator, SnapshotTopics(topics), group_id, offsets,

@@ -24,17 +24,21 @@ COORDINATOR_NOT_AVAILABLE, not GROUP_ID_NOT_FOUND, which Kafka's Admin takes as 
 here is deleted as one without asking other nodes: a group id has one type, as in Kafka. The share groups asked
 about are held from that check until the other nodes answered (:func:`walgate.gateway.kafka.share_admin.holding`):
 a member's join meanwhile answers COORDINATOR_LOAD_IN_PROGRESS (retriable), so none fetches from a partition whose
-state is being deleted under it."""
+state is being deleted under it. In a replicated cluster the group's share-partitions with state are those the
+share coordinator (this node) records (:mod:`walgate.gateway.kafka.share_records`), each deleted by its partition's
+leader now: here, or with DeleteShareGroupState to that leader (COORDINATOR_NOT_AVAILABLE while it has none)."""
 
 from __future__ import annotations
 
 import asyncio
-from typing import cast
+import uuid
+from collections.abc import Callable, Mapping
+from typing import Any, cast
 
 from walgate.coordinator.classic import Completion
 from walgate.coordinator.offsets import delete_groups
 from walgate.coordinator.share_admin import delete_group
-from walgate.coordinator.share_coordinator import ShareCoordinator
+from walgate.coordinator.share_coordinator import ShareCoordinator, ShareKey
 from walgate.coordinator.store import EngineOffsetStore
 from walgate.gateway.audit import audit_kafka
 from walgate.gateway.kafka.access import Operation, ResourceType, allowed_names
@@ -44,7 +48,8 @@ from walgate.gateway.kafka.group_coordinators import refusal
 from walgate.gateway.kafka.groups import now_ms
 from walgate.gateway.kafka.handlers.common import GROUP_WRITE, answered, error_of
 from walgate.gateway.kafka.share_admin import UNANSWERED, holding
-from walgate.gateway.kafka.share_remote import Placed, delete, everything_elsewhere
+from walgate.gateway.kafka.share_records import group_records, persisted
+from walgate.gateway.kafka.share_remote import Placed, delete, everything_elsewhere, led_elsewhere
 from walgate.storage.topics_snapshot import TopicsSnapshot
 from walgate.wire.errors import ErrorCode
 from walgate.wire.messages import DeleteGroupsRequest, DeleteGroupsResponse, DeleteGroupsResponseDeletableGroupResult
@@ -101,28 +106,41 @@ async def _delete_share_groups(broker: Broker, ids: list[str], consumers: set[st
     state deleted on the other nodes, then here (see the module docstring). The other nodes are not asked about
     ``consumers``, the consumer and classic groups here (a group id has one type, as in Kafka)."""
     placed = broker.topics()
-    remote = everything_elsewhere(broker.node_id, placed)
-    async with holding(broker, [g for g in ids if g not in consumers] if remote else []) as states:
-        return await _deleted(broker, ids, states, placed, remote)  # (no member joins them meanwhile)
+    every = everything_elsewhere(broker.node_id, placed)
+    recorded = persisted(broker)
+    async with holding(broker, [g for g in ids if g not in consumers] if every or recorded else []) as states:
+        if not recorded:
+            return await _deleted(broker, ids, states, placed, lambda g: every, {})
+        # (no member joins them meanwhile) the share-partitions the share coordinator records, each deleted by its
+        # partition's leader now (a record of a topic deleted since is left: no leader writes it)
+        assert broker.shares is not None
+        records = await answered(broker.shares.run(lambda _topics, _c: group_records(broker, ids)), lambda code: {})
+        named = {k: (name, k[2]) for k in records if (name := placed.topic_name(uuid.UUID(k[1]))) is not None}
+        away = led_elsewhere(broker, placed, set(named.values()))
+        remote = {g: {named[k]: away[named[k]] for k in named if k[0] == g and named[k] in away} for g in ids}
+        return await _deleted(broker, ids, states, placed, remote.__getitem__,
+                              {k: v for k, v in records.items() if k in named and named[k] not in away})
 
 
 async def _deleted(broker: Broker, ids: list[str], states: dict[str, str | None], placed: TopicsSnapshot,
-                   remote: Placed) -> list[Result]:
-    """:func:`_delete_share_groups` once the groups are held (``states``: theirs across the nodes)."""
+                   remote: Callable[[str], Placed], here: Mapping[ShareKey, Any]) -> list[Result]:
+    """:func:`_delete_share_groups` once the groups are held (``states``: theirs across the nodes; ``remote``: the
+    share-partitions of a group whose state another node may keep, and that node; ``here``: the share coordinator's
+    records of share-partitions this node leads)."""
     shares = broker.shares
     assert shares is not None
     failed: dict[str, int] = {}
     empty = [g for g in ids if states.get(g) == "Empty"]
     failed.update((g, ErrorCode.coordinator_not_available) for g in ids if states.get(g) == UNANSWERED)
-    for g, answers in zip(empty, await asyncio.gather(*(delete(broker.links, placed, g, remote) for g in empty))):
+    for g, answers in zip(empty, await asyncio.gather(*(delete(broker.links, placed, g, remote(g)) for g in empty))):
         code = next((a.error_code for a in answers.values() if a.error_code != ErrorCode.none), ErrorCode.none)
         if code != ErrorCode.none:
             failed[g] = code
-    here = [g for g in ids if g not in failed]
+    kept = [g for g in ids if g not in failed]
 
     def delete_shared(_topics: TopicsSnapshot, coordinator: ShareCoordinator) -> list[Result]:
-        return [{"group_id": g, "error_code": delete_group(coordinator, g, g in empty)} for g in here]
+        return [{"group_id": g, "error_code": delete_group(coordinator, g, g in empty, here.keys())} for g in kept]
 
     deleted = await answered(shares.run(delete_shared), lambda code: [{"group_id": g, "error_code": code}
-                                                                      for g in here], GROUP_WRITE)
+                                                                      for g in kept], GROUP_WRITE)
     return deleted + [{"group_id": g, "error_code": code} for g, code in failed.items()]

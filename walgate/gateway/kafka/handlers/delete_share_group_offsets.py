@@ -8,7 +8,10 @@ deletes the state its node keeps of the topics, then has the leader of each of t
 delete its own (DeleteShareGroupState, :mod:`walgate.gateway.kafka.share_remote`); a topic answers the first error
 a leader gave for it (COORDINATOR_NOT_AVAILABLE, retriable, when one did not answer: the state of its other
 partitions is deleted, and asking again deletes the rest). A topic with a partition on another node is not answered
-"no offset information": the coordinator does not know whether that node kept any. A group without members or
+"no offset information": the coordinator does not know whether that node kept any. In a replicated cluster it does:
+the share coordinator's records (:mod:`walgate.gateway.kafka.share_records`) name the share-partitions with state,
+each deleted by its partition's leader now (here, or with DeleteShareGroupState), and a topic without any is
+answered "no offset information", as Kafka's. A group without members or
 state on its coordinator's node is an empty one when another node keeps state of it
 (:func:`walgate.gateway.kafka.share_admin.cluster_states`), else GROUP_ID_NOT_FOUND, but COORDINATOR_NOT_AVAILABLE
 (retriable) when a node did not answer whether it keeps state of it.
@@ -22,12 +25,15 @@ for the whole request; Read on each topic, else it answers TOPIC_AUTHORIZATION_F
 
 from __future__ import annotations
 
+import uuid
+
 from walgate.coordinator.share_admin import delete_offsets
 from walgate.coordinator.share_coordinator import ShareCoordinator
 from walgate.gateway.kafka.access import Operation, ResourceType, allowed_names
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.group_coordinators import refusal
+from walgate.gateway.kafka.handlers.common import answered
 from walgate.gateway.kafka.share_admin import (
     TOPIC_DENIED,
     Outcome,
@@ -36,7 +42,8 @@ from walgate.gateway.kafka.share_admin import (
     held_change,
     refused_group,
 )
-from walgate.gateway.kafka.share_remote import delete, elsewhere
+from walgate.gateway.kafka.share_records import group_records, persisted
+from walgate.gateway.kafka.share_remote import delete, led_elsewhere
 from walgate.storage.topics_snapshot import TopicsSnapshot
 from walgate.wire.errors import ErrorCode
 from walgate.wire.messages import (
@@ -69,12 +76,18 @@ async def _delete(broker: Broker, ctx: RequestContext, request: DeleteShareGroup
          "error_message": TOPIC_DENIED} for n in names if n not in readable]
 
     placed = broker.topics()
-    remote = elsewhere(broker.node_id, placed, ((n, p) for n in names if n in readable
-                                                for p in range(placed.partition_count(n) or 0)))
+    assert broker.shares is not None  # (refused_group answered first)
+    recorded = await answered(broker.shares.run(lambda _topics, _c: group_records(broker, [group_id])),
+                              lambda code: {})
+    if persisted(broker):  # only the share-partitions the share coordinator records have state to delete
+        asked = {(n, p) for _, key, p in recorded for n in [placed.topic_name(uuid.UUID(key))] if n in readable}
+    else:  # any partition of a topic may have state on its node
+        asked = {(n, p) for n in names if n in readable for p in range(placed.partition_count(n) or 0)}
+    remote = led_elsewhere(broker, placed, sorted(asked))
 
     def delete_here(topics: TopicsSnapshot, coordinator: ShareCoordinator) -> Outcome:
         return delete_offsets(coordinator, SnapshotTopics(topics), group_id, [n for n in names if n in readable],
-                              lambda name, p: (name, p) not in remote, state == "Empty")
+                              lambda name, p: (name, p) not in remote, state == "Empty", recorded)
 
     code, message, topics = await change_offsets(broker, ctx, "DeleteShareGroupOffsets", group_id, delete_here,
                                                  denied)

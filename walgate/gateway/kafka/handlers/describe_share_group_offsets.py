@@ -14,14 +14,21 @@ answer COORDINATOR_NOT_AVAILABLE (start offset -1), retriable, the others answer
 for the group's share-partitions of every topic placed on it; those of a node that does not answer are answered
 COORDINATOR_NOT_AVAILABLE for the topics the coordinator's node keeps state of, and are left out otherwise (the
 coordinator does not know which a group consumed there).
+
+In a replicated cluster the coordinator answers from the share coordinator's records, which it keeps
+(:mod:`walgate.gateway.kafka.share_records`): every share-partition with state (with no topics asked), whichever
+nodes lead the partitions now, none asked of another node; the lag from the high watermark of each partition's leader
+now (its own, or ListOffsets), -1 when it does not answer.
 """
 
 from __future__ import annotations
 
 import asyncio
+import uuid
+from collections.abc import Collection, Sequence
 from typing import Any, cast
 
-from walgate.coordinator.share_admin import describe_offsets
+from walgate.coordinator.share_admin import describe_offsets, describe_recorded
 from walgate.coordinator.share_coordinator import ReadWant, ShareCoordinator
 from walgate.gateway.kafka.access import Operation, ResourceType, allowed_names
 from walgate.gateway.kafka.broker import Broker
@@ -29,11 +36,13 @@ from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.group_coordinators import refusal
 from walgate.gateway.kafka.handlers.common import answered
 from walgate.gateway.kafka.share_admin import TOPIC_DENIED, SnapshotTopics, topic_uuid
+from walgate.gateway.kafka.share_records import group_records, persisted
 from walgate.gateway.kafka.share_remote import (
     StateAnswer,
     elsewhere,
     everything_elsewhere,
     high_watermarks,
+    led_elsewhere,
     summaries,
 )
 from walgate.storage.topics_snapshot import TopicsSnapshot
@@ -59,6 +68,14 @@ def _partition(p: int, answer: StateAnswer, high_watermark: int | None) -> dict[
         lag = max(0, high_watermark - answer.start_offset - answer.delivery_complete)
     return {"partition_index": p, "start_offset": answer.start_offset if ok else -1, "leader_epoch": 0, "lag": lag,
             "error_code": answer.error_code, "error_message": answer.error_message}
+
+
+def _denied(topics: Sequence[Any], readable: Collection[str]) -> list[dict[str, Any]]:
+    """The asked topics the principal may not Describe: their partitions TOPIC_AUTHORIZATION_FAILED."""
+    return [{"topic_name": t.topic_name, "topic_id": None, "partitions": [
+        {"partition_index": p, "start_offset": -1, "leader_epoch": 0, "lag": -1,
+         "error_code": ErrorCode.topic_authorization_failed, "error_message": TOPIC_DENIED}
+        for p in t.partitions]} for t in topics if t.topic_name not in readable]
 
 
 def _group(group_id: str, code: int, topics: list[Topic] | None = None) -> Group:
@@ -111,10 +128,7 @@ async def handle(broker: Broker, ctx: RequestContext,
                     mine = {d["partition_index"]: d for d in t["partitions"]}
                     t["partitions"] = [_partition(p, there[(a.topic_name, p)], marks.get((a.topic_name, p)))
                                        if (a.topic_name, p) in there else mine[p] for p in a.partitions]
-                found += [{"topic_name": t.topic_name, "topic_id": None, "partitions": [
-                    {"partition_index": p, "start_offset": -1, "leader_epoch": 0, "lag": -1,
-                     "error_code": ErrorCode.topic_authorization_failed, "error_message": TOPIC_DENIED}
-                    for p in t.partitions]} for t in g.topics if t.topic_name not in readable]
+                found += _denied(g.topics, readable)
             # the coordinator answers in the response's field names, a topic's id as its key
             out.append(_group(g.group_id, ErrorCode.none, [cast(Topic, {**t, "topic_id": topic_uuid(t["topic_id"])})
                                                            for t in found]))
@@ -141,7 +155,36 @@ async def handle(broker: Broker, ctx: RequestContext,
         return await shares.with_reads(reads, 0, lambda snapshot, coordinator, _: describe(snapshot, coordinator,
                                                                                            answers, marks))
 
-    groups_described = await answered(described(), lambda code: [_group(g.group_id, code) for g in wanted])
+    async def recorded() -> list[Group]:
+        """A replicated cluster's: every group's share-partitions from the share coordinator's records (this node's:
+        it coordinates them), their lags from the high watermark each partition's leader now answers."""
+        assert shares is not None
+        records = await shares.run(lambda _topics, _c: group_records(broker, [g.group_id for g in wanted]))
+        named = {(k[1], k[2]): name for k in records if (name := placed.topic_name(uuid.UUID(k[1]))) is not None}
+        away = led_elsewhere(broker, placed, {(name, p) for (_, p), name in named.items()})
+        got = await high_watermarks(broker.links, {k: node for k, node in away.items() if node >= 0})
+        reads = await shares.read([ReadWant(key, p, None, 0) for (key, p), name in named.items()
+                                   if (name, p) not in away], False, 0)
+        marks = {(key, p): got[(name, p)] for (key, p), name in named.items() if (name, p) in got}
+        marks.update(((key, p), read.offsets.high_watermark) for (key, p), read in reads.items()
+                     if read.error is None and read.offsets is not None)
+        topics = SnapshotTopics(placed)
+        out: list[Group] = []
+        for g in wanted:
+            if g.topics is None:
+                found = [t for t in describe_recorded(topics, records, g.group_id, None, marks)
+                         if t["topic_name"] in allowed_names(broker, ctx, Operation.DESCRIBE, ResourceType.TOPIC,
+                                                             [t["topic_name"]])]
+            else:
+                found = describe_recorded(topics, records, g.group_id, [
+                    (t.topic_name, t.partitions) for t in g.topics if t.topic_name in readable], marks)
+                found += _denied(g.topics, readable)
+            out.append(_group(g.group_id, ErrorCode.none, [cast(Topic, {**t, "topic_id": topic_uuid(t["topic_id"])})
+                                                           for t in found]))
+        return out
+
+    groups_described = await answered(recorded() if persisted(broker) else described(),
+                                      lambda code: [_group(g.group_id, code) for g in wanted])
     by_id = {g["group_id"]: g for g in groups_described} | {g: _group(g, code) for g, code in refused.items()}
     return {"throttle_time": 0, "groups": [
         by_id[g.group_id] if g.group_id in permitted else _group(g.group_id, ErrorCode.group_authorization_failed)

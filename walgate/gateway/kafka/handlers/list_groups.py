@@ -5,7 +5,9 @@ group's share-partition state on the other nodes, its partitions' leaders, does 
 coordinates whose members all left and whose state is only on other nodes is listed too (``Empty``), as Kafka's
 coordinator lists a share group until it is deleted: when share groups are asked for, the other nodes are asked which
 share groups they keep state of (:func:`walgate.gateway.kafka.share_remote.groups_kept`); a node that does not
-answer then lists none of those only it keeps. Such a request from a cluster node (:mod:`.node_auth`) is answered
+answer then lists none of those only it keeps. In a replicated cluster no node is asked: the share groups it
+coordinates are those whose share-partition states the share coordinator (this node) records
+(:mod:`walgate.gateway.kafka.share_records`), whichever nodes lead their partitions. Such a request from a cluster node (:mod:`.node_auth`) is answered
 with every group this node knows, whoever coordinates it, whatever the ACLs (ClusterAction, as the share state
 RPCs).
 
@@ -26,6 +28,7 @@ from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.group_coordinators import GroupCoordinators
 from walgate.gateway.kafka.handlers.common import answered
 from walgate.gateway.kafka.node_auth import from_cluster_node
+from walgate.gateway.kafka.share_records import persisted, recorded_ids
 from walgate.gateway.kafka.share_remote import groups_kept
 from walgate.wire.errors import ErrorCode
 from walgate.wire.messages import ListGroupsRequest, ListGroupsResponse, ListGroupsResponseListedGroup
@@ -77,7 +80,11 @@ async def _coordinated(broker: Broker, coordinators: GroupCoordinators, groups: 
             (states and "empty" not in {s.strip().lower() for s in states}):
         return ErrorCode.none, mine
     known = {g["group_id"] for g in groups} | (broker.shares.group_ids if broker.shares is not None else frozenset())
-    elsewhere = await groups_kept(broker.links, me)
+    shares = broker.shares
+    if shares is not None and persisted(broker):  # a replicated cluster: the share coordinator's records
+        elsewhere = await shares.lane.call(recorded_ids, broker)
+    else:
+        elsewhere = await groups_kept(broker.links, me)
     return ErrorCode.none, mine + [
         {"group_id": g, "protocol_type": "share", "group_state": "Empty", "group_type": "share"}
         for g in sorted(elsewhere - known) if placement.owner(g) == me]
