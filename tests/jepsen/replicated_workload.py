@@ -70,6 +70,7 @@ from walgate.storage.vnode import vnode_of
 from walgate.storage.wal import Wal, WalOptions
 
 __all__ = ["LONG", "SEEDS", "ACKS", "KEYS", "VGROUPS", "TOPIC", "Nodes", "Workload", "three_ready", "ready_nodes",
+           "controller",
            "replicated_database", "partition_states", "metric_sum", "final_reads", "replica_contents", "final_history",
            "wait_until", "checked", "new_leader", "restart", "started", "no_traceback"]
 
@@ -614,3 +615,19 @@ def started(etcd: EtcdCluster, tmp_path: Path, env: dict[int, dict[str, str]] | 
     nodes = Nodes(etcd, tmp_path, env, net)
     nodes.start_all((1, 2, 3))
     return nodes, replicated_database(nodes, fsync_ms)
+
+
+def controller(etcd: EtcdCluster) -> tuple[int, int]:
+    """(node id, controller epoch) of the elected controller: the candidate of the smallest ``create_revision``
+    (walgate/cluster/election.py; Metadata's controller id is any live node, as KRaft's, KIP-590), (-1, 0) when
+    there is none."""
+    async def read() -> tuple[int, int]:
+        session = EtcdSession(etcd.endpoints)
+        try:
+            _, kvs = await session.get_prefix(KEYS.candidates)
+            first = min(kvs, key=lambda kv: kv.create_revision, default=None)
+            return (-1, 0) if first is None else (int(first.value.split()[0]), first.create_revision)
+        finally:
+            await session.close()
+
+    return asyncio.run(read())

@@ -35,6 +35,7 @@ from replicated_workload import (
     Nodes,
     Workload,
     checked,
+    controller,
     final_history,
     partition_states,
     started,
@@ -47,22 +48,6 @@ from walgate.cluster.model import decode_record
 
 ZOMBIE_WRITERS = (7, 8)  # writers sending partition 0's values to the paused controller alone (queued as it resumes)
 ZOMBIE_DDL = "CREATE STABLE r.zombie_st (ts TIMESTAMP, v BIGINT) TAGS (k INT)"
-
-
-def controller(etcd: EtcdCluster) -> tuple[int, int]:
-    """(node id, controller epoch) of the elected controller: the candidate of the smallest ``create_revision``
-    (walgate/cluster/election.py; Metadata's controller id is any live node, as KRaft's, KIP-590), (-1, 0) when
-    there is none."""
-    async def read() -> tuple[int, int]:
-        session = EtcdSession(etcd.endpoints)
-        try:
-            _, kvs = await session.get_prefix(KEYS.candidates)
-            first = min(kvs, key=lambda kv: kv.create_revision, default=None)
-            return (-1, 0) if first is None else (int(first.value.split()[0]), first.create_revision)
-        finally:
-            await session.close()
-
-    return asyncio.run(read())
 
 
 def catalog_records(etcd: EtcdCluster) -> dict[int, int]:
