@@ -41,6 +41,7 @@ from replicated_workload import (  # noqa: E402
     checked,
     final_history,
     replicated_database,
+    three_ready,
     wait_until,
 )
 
@@ -117,8 +118,7 @@ def test_unclean_election_of_a_partition_whose_in_sync_replicas_are_all_down(jav
         nodes = Nodes(etcd, tmp_path, env={i: NO_REBALANCE for i in (1, 2, 3)})
         try:
             nodes.start_all((1, 2, 3))
-            wait_until("three ready nodes", lambda: len(AdminClient(
-                {"bootstrap.servers": nodes.kafka(1)}).list_topics(timeout=10).brokers) == 3)
+            three_ready(nodes)  # (every node's view: node 1's Metadata listing three was not enough, CI 2026-11-30)
             admin = AdminClient({"bootstrap.servers": nodes.kafka(1)})
             admin.create_topics([NewTopic("u", 1, replica_assignment=[[2, 3]])])["u"].result(30)
 

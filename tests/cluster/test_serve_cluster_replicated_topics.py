@@ -63,7 +63,8 @@ def three_nodes(stack: ExitStack, etcd: EtcdCluster, tmp_path: Path, *args: str)
     n1 = stack.enter_context(node(etcd, tmp_path, 1, *ARGS, *args))
     wait_log(n1, "node 1: controller")
     nodes = [n1, *(stack.enter_context(node(etcd, tmp_path, i, *ARGS, *args)) for i in (2, 3))]
-    eventually("three ready nodes", lambda: [r[2] for r in sql(n1, "SHOW DNODES")] == ["ready"] * 3)
+    eventually("three ready nodes", lambda: all([r[2] for r in sql(n, "SHOW DNODES")] == ["ready"] * 3
+                                                for n in nodes))  # (each node's view: the one a request reaches)
     return nodes
 
 
