@@ -70,8 +70,10 @@ from walgate.wire.serial import fields_of
 DB = "rep"
 TOPIC = "native"
 WAL = "WAL_LEVEL 2 WAL_FSYNC_PERIOD 0"  # every append fsynced: durable ends, so the high watermark, move
-REQUEST: Any = request_class(10001, 0)
-PARTITION: Any = next(f.entity for f in fields_of(REQUEST) if f.name == "partitions")
+REQUESTS: Any = {v: request_class(10001, v) for v in (0, 1)}
+PARTITIONS: Any = {v: next(f.entity for f in fields_of(cls) if f.name == "partitions") for v, cls in REQUESTS.items()}
+LOG_START: Any = next(f.entity for f in fields_of(PARTITIONS[1]) if f.name == "log_starts")
+REQUEST, PARTITION = REQUESTS[0], PARTITIONS[0]
 WAIT_S = 30.0
 SESSION_MS = 10_000  # the nodes' etcd session (lease TTL): a loaded machine's pauses never expire it
 SPINS = 40  # event-loop iterations swept by the cancellation test (an answer's way back takes fewer)
@@ -174,9 +176,11 @@ class Pair:
     async def fetch(self, *partitions: dict[str, Any], max_wait_ms: int = 0, node: NodeLinks | None = None,
                     **fields: Any) -> list[Any]:
         """A WalFetch sent as node 2 (or through ``node``); its partitions' answers."""
-        request = REQUEST(**{"replica_id": 2, "broker_epoch": self.led.registered[2], "min_bytes": 1,
+        version = 1 if any("log_starts" in p for p in partitions) else 0
+        request = REQUESTS[version](**{"replica_id": 2, "broker_epoch": self.led.registered[2], "min_bytes": 1,
                              "max_wait": datetime.timedelta(milliseconds=max_wait_ms), **fields},
-                          partitions=tuple(PARTITION(**{"partition_max_bytes": 1 << 20, **p}) for p in partitions))
+                          partitions=tuple(PARTITIONS[version](**{"partition_max_bytes": 1 << 20, **p})
+                                           for p in partitions))
         response = await asyncio.wait_for((node or self.links).call(1, request), WAIT_S)
         return list(response.partitions)
 
@@ -800,7 +804,7 @@ FUZZ_REQUESTS = int(os.environ.get("WALGATE_FUZZ_WAL_FETCH", "60"))  # (more: a 
 async def test_fuzzed_fetches_of_a_node_get_whole_batches_or_an_error(etcd: EtcdCluster, tmp_path: Path,
                                                                         caplog: pytest.LogCaptureFixture) -> None:
     """Seeded: any field values from a node (vnodes known or not, versions inside entries, past the end, epochs
-    old and new, byte limits from 0 up) are answered with a code of the handler's and, when entries are sent,
+    old and new, byte limits from 0 up, v1's log starts of any topic and offset) are answered with a code of the handler's and, when entries are sent,
     whole batches continuing ``fetch_version`` of one epoch, never past the next epoch's start; no ERROR logged."""
     rng = random.Random(25)
     async with pair(etcd, tmp_path) as p:
@@ -821,6 +825,10 @@ async def test_fuzzed_fetches_of_a_node_get_whole_batches_or_an_error(etcd: Etcd
                       "fetch_version": rng.choice([rng.randint(0, max(ends)), -1, max(ends) + 1]),
                       "last_fetched_epoch": rng.randint(-1, 3), "durable_version": rng.randint(-1, max(ends)),
                       "partition_max_bytes": rng.choice([0, 1, 100, 1 << 20])} for _ in range(rng.randint(1, 3))]
+            if rng.random() < 0.5:  # v1: log starts reported (any topic id, any offset)
+                for part in parts:
+                    part["log_starts"] = tuple(LOG_START(topic_id=uuid.uuid4(), start_offset=rng.randint(-5, 1 << 40))
+                                               for _ in range(rng.randint(0, 2)))
             answers = await p.fetch(*parts, max_bytes=rng.choice([0, 1, 500, 1 << 20]),
                                     broker_epoch=p.led.registered[2] + rng.choice([0, 0, 0, 1, -1]))
             assert len(answers) == len(parts)
