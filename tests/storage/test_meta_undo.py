@@ -151,6 +151,44 @@ def test_the_journal_is_trimmed_as_the_high_watermark_passes_and_a_cut_below_it_
     e.close()
 
 
+def test_a_replicas_journal_keeps_what_a_restart_from_its_checkpointed_high_watermark_may_cut(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """A replica's journal is trimmed at its high watermark only up to the one it last checkpointed: killed with its
+    high watermark past its checkpoint and restarted (starting from the checkpoint), it cuts an entry between the two
+    by the journal, after retention (fails when the journal is trimmed at the high watermark alone: checked,
+    "undo journal does not keep")."""
+    e, _ = retained(tmp_path)
+    e.close()
+    e = Engine.open(tmp_path)  # (its checkpoint on disk: a replica's vnode from now on)
+    vnode = e.vnodes["old"][0]
+    checkpointed = vnode.wal.next_version
+    given_hw(vnode, checkpointed)
+    vnode.write_hw_checkpoint(checkpointed)
+    versions, snaps = [checkpointed], [state(vnode)]
+    for meta in TAIL[:4]:
+        versions.append(append(e, [meta], True)[-1])
+        snaps.append(state(vnode))
+    given_hw(vnode, versions[3])  # the high watermark passes three entries; the checkpoint is not written again
+    vnode.wal.sync()  # (the high watermark is what the WAL holds durably, at most)
+    assert vnode.wal.visible_version == versions[3]
+    vnode.checkpoint()
+    assert vnode.store.undo_from == checkpointed and min(journal(tmp_path)) == checkpointed
+    e.close()  # (as a kill: nothing more written)
+    e = Engine.open(tmp_path)
+    again = e.vnodes["old"][0]
+    assert hw_checkpoint.read(again.dir) == checkpointed
+    no_rebuild(again, monkeypatch)
+    assert e.truncate_vnode("old", 0, versions[1], high_watermark=checkpointed) == versions[1]
+    assert state(again) == snaps[1]
+    given_hw(again, versions[1] + 1)
+    append(e, [{"op": "drop_table", "name": "t2"}], True)
+    again.wal.sync()
+    again.write_hw_checkpoint(versions[1] + 1)
+    again.checkpoint()
+    assert again.store.undo_from == versions[1] + 1 and journal(tmp_path) == []  # (trimmed once checkpointed)
+    e.close()
+
+
 def test_a_store_written_before_the_journal_gets_one_at_its_open(tmp_path: Path):
     e, vnode = retained(tmp_path)
     e.close()

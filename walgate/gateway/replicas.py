@@ -135,7 +135,7 @@ def _checkpoint(engine: Engine, key: VnodeKey, written: int | None) -> int:
     vnode = engine.store.local_vnode(*key)
     hw = vnode.wal.visible_version
     if hw != written:
-        hw_checkpoint.write(vnode.dir, hw, syncs=vnode.wal.syncs)
+        vnode.write_hw_checkpoint(hw)
     return hw
 
 

@@ -148,6 +148,8 @@ class Vnode:
         self.damage = damage
         # a replica's (its high watermark checkpointed by a replica manager: walgate.gateway.replicas) before it opened
         self._replica = (directory / hw_checkpoint.HW_FILE).exists()
+        # the high watermark this process last wrote to that checkpoint (None: none written since the open)
+        self.hw_checkpointed: int | None = None
         self._store = self._open_store(whole_store)
         # (WAL version, cluster catalog record) of each ALTER/DROP STABLE meta entry applied that names its record
         # (``of``), in WAL order: the store's (``ofs``) and those applied since (see latest_of)
@@ -604,14 +606,25 @@ class Vnode:
         self._absent.clear()
         return True
 
+    def write_hw_checkpoint(self, hw: int) -> None:
+        """Record ``hw`` as the vnode's high watermark checkpoint (:mod:`~walgate.storage.hw_checkpoint`, durably),
+        what a replica restarted after a crash starts from. OSError when the disk refuses (the file then holds the
+        old value or ``hw``; the undo journal keeps trimming at the old one)."""
+        hw_checkpoint.write(self.dir, hw, syncs=self.wal.syncs)
+        self.hw_checkpointed = hw
+
     def _undo_trim(self) -> int | None:
         """The WAL version below which no cut goes from now on, so the undo journal need not keep the before-images
-        of entries below it: the high watermark (:attr:`Wal.visible_version`; a single node's: what it serves); None
-        for a replica (of a replicated database, or one whose high watermark a replica manager checkpointed) whose
-        high watermark this engine was not given yet (just opened: its visible version would include a divergent
-        tail)."""
-        if self.wal.replication is None and (self.db.replication_factor > 1 or self._replica):
-            return None
+        of entries below it: a single node's high watermark (:attr:`Wal.visible_version`, what it serves). For a
+        replica (of a replicated database, or one whose high watermark a replica manager checkpointed): the high
+        watermark it was given, but not above the one this process last checkpointed (a replica killed and
+        restarted starts from its checkpoint, and may cut any version above it: KIP-101), None when either is not
+        known yet (just opened: its visible version would include a divergent tail, and nothing was checkpointed
+        since)."""
+        if self.db.replication_factor > 1 or self._replica:
+            if self.wal.replication is None or self.hw_checkpointed is None:
+                return None
+            return min(self.wal.visible_version, self.hw_checkpointed)
         return self.wal.visible_version
 
     def _rebuild_after_cut(self) -> None:
