@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -113,6 +114,20 @@ def wait_log(server: WalgateServer, text: str) -> None:
 
 JARS = "kafka-clients-4.3.0"
 """The Java client the cluster tests drive (compat-tests/setup_clients.py's jar set)."""
+
+
+def leaderships(servers: list[WalgateServer], db: str, vnode: int) -> list[tuple[int, WalgateServer]]:
+    """Each (leader epoch, node) in which a node of ``servers`` logged leading ``vnode`` of database ``db``, by epoch.
+    (A partition state starts at the etcd revision the controller made it at, not 0: its epochs are read, not
+    assumed.)"""
+    pattern = re.compile(rf"vnode {vnode} of database {re.escape(db)}: leading epoch (\d+) ")
+    return sorted(((int(m.group(1)), s) for s in servers for m in pattern.finditer(s.log())), key=lambda p: p[0])
+
+
+def leader_of(servers: list[WalgateServer], db: str, vnode: int, above: int = -1) -> tuple[int, WalgateServer] | None:
+    """The latest (leader epoch, node) of :func:`leaderships` in an epoch above ``above``; None: none logged yet."""
+    led = [p for p in leaderships(servers, db, vnode) if p[0] > above]
+    return led[-1] if led else None
 
 
 def java_events(program: str, *args: str) -> list[dict[str, Any]]:

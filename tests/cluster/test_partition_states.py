@@ -105,10 +105,10 @@ def test_a_vgroup_none_of_whose_replicas_is_registered_gets_its_state_once_one_r
     could never elect: Kafka refuses to create a partition on fenced brokers); the first pass after one registers
     creates it with that one leading, at its broker epoch."""
     catalog = {PartitionId("a", 0): ReplicatedVnode((2, 3), 1), PartitionId("b", 0): ReplicatedVnode((1, 2), 1)}
-    states, refused = missing_states(catalog, (), {1: 5})
+    states, refused = missing_states(catalog, (), {1: 5}, 40)
     assert set(states) == {PartitionId("b", 0)} and refused == {}
-    states, refused = missing_states(catalog, {PartitionId("b", 0)}, {1: 5, 3: 7})
-    assert states == {PartitionId("a", 0): initial_state((2, 3), {3: 7}, 1)} and refused == {}
+    states, refused = missing_states(catalog, {PartitionId("b", 0)}, {1: 5, 3: 7}, 41)
+    assert states == {PartitionId("a", 0): initial_state((2, 3), {3: 7}, 1, leader_epoch=41)} and refused == {}
     assert states[PartitionId("a", 0)].leader == 3 and states[PartitionId("a", 0)].isr == (IsrMember(3, 7),)
 
 
@@ -538,9 +538,10 @@ async def test_the_controller_creates_the_states_the_catalog_holds_and_partition
         assert set(states) == set(catalog) - {damaged, unbuildable} and reconciler.created == len(catalog) - 3
         assert states[existing].min_isr == 2  # the catalog's (a topic's min.insync.replicas altered), written after
         assert states[existing].partition_epoch > states[PartitionId("db", 2)].partition_epoch  # the creations
-        for pid in set(catalog) - {existing, damaged, unbuildable}:
-            assert replace(states[pid], partition_epoch=0) == initial_state(catalog[pid].replicas, epochs, 2,
-                                                                            pid.vgroup == 4)
+        for pid in set(catalog) - {existing, damaged, unbuildable}:  # (each at the revision it was found missing at)
+            assert 0 < states[pid].leader_epoch < states[pid].partition_epoch
+            assert replace(states[pid], partition_epoch=0) == initial_state(
+                catalog[pid].replicas, epochs, 2, pid.vgroup == 4, leader_epoch=states[pid].leader_epoch)
             assert states[pid].leader == (2 if pid.vgroup % 2 else 1)  # node 3 is not registered
         assert await reconciler.reconcile_once() > 0 and reconciler.created == len(catalog) - 3  # nothing more
         assert (await n1.session.get(partition_key(KEYS, damaged))).value == b"{not a state"  # type: ignore[union-attr]
@@ -553,7 +554,9 @@ async def test_the_controller_creates_the_states_the_catalog_holds_and_partition
 
         await eventually("db/7 created again", created_again)
         again = await reconciler.states.read(gone)
-        assert again is not None and replace(again, partition_epoch=0) == initial_state((3, 2, 1), epochs, 2)
+        assert again is not None and again.leader_epoch > states[gone].leader_epoch  # (never back: KIP-101)
+        assert replace(again, partition_epoch=0) == initial_state((3, 2, 1), epochs, 2,
+                                                                 leader_epoch=again.leader_epoch)
 
 
 async def test_a_controller_whose_own_database_holds_a_replicated_databases_name_keeps_its_states(

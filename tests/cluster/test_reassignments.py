@@ -88,9 +88,9 @@ async def test_a_state_deleted_mid_move_is_made_again_with_the_move_and_its_addi
     """The controller's catalog is a real one fed from the stream: the ``place_vgroup`` record of a move of d/0
     from nodes 1, 2 to 3, 2 names its adding and removing replicas; the state's key deleted mid-move (by an
     operator), the controller makes it again from the catalog with the move, node 3 (adding: it may hold nothing)
-    neither in the ISR nor leading though listed first, and the move completes once the leader admits node 3 (fails
-    without the move in the record: checked, the state made again had node 3 in sync and leading, and the move
-    completed at once)."""
+    neither in the ISR nor leading though listed first, in a leader epoch above the deleted state's,
+    and the move completes once the leader admits node 3 (fails without the move in the record: checked, the state
+    made again had node 3 in sync and leading, and the move completed at once)."""
     async with controller_and_one(etcd1, tmp_path) as (n1, n2):
         n3 = Node(etcd1.endpoints, 3, tmp_path / "n3", ttl=2)
         try:
@@ -128,10 +128,13 @@ async def test_a_state_deleted_mid_move_is_made_again_with_the_move_and_its_addi
                 return catalog.replicated_vnodes()[pid].adding == (3,)
 
             await eventually("the catalog has the move", catalog_moving)
+            before = await view.read(pid)
+            assert before is not None
             await n1.session.txn([], [tx.Delete(partition_key(KEYS, pid))])  # an operator deletes it
             await eventually("d/0's state made again", lambda: _created(reconciler, 2))
             again = await view.read(pid)
             assert again is not None
+            assert again.leader_epoch > before.leader_epoch, "made again above the deleted state's (KIP-101)"
             assert (again.replicas, again.adding, again.removing) == ((3, 2, 1), (3,), (1,))
             assert (again.isr_ids, again.leader) == ({1, 2}, 2)
             e1, e2, e3 = (n.registration.epoch or 0 for n in (n1, n2, n3))

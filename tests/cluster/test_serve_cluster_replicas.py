@@ -27,7 +27,7 @@ from confluent_kafka.admin import AdminClient
 from etcd_cluster import EtcdCluster
 from kio.schema.fetch.v12 import request as fetch_v12
 from kio.schema.list_offsets.v7 import request as list_offsets_v7
-from serve_support import eventually, no_traceback, node, poll_until, sql, wait_log
+from serve_support import eventually, leader_of, no_traceback, node, poll_until, sql, wait_log
 from test_serve_cluster_sql import db_id
 
 from livewalgate import WalgateServer
@@ -132,8 +132,12 @@ def test_replica_3_database_copied_to_every_node(etcd1: EtcdCluster, tmp_path: P
         for follower in (s for s in nodes if s is not leader):
             # a follower serves a consumer's Fetch v11+ (KIP-392), ListOffsets stays the leader's
             assert errors(follower, 0) == (ErrorCode.none, ErrorCode.not_leader_or_follower)
-        assert errors(leader, 0, 0) == (ErrorCode.none, ErrorCode.none)  # epoch 0: the Reconciler's first
-        assert errors(leader, 0, 1) == (ErrorCode.unknown_leader_epoch,) * 2
+        led = leader_of(nodes, "r", 0)
+        assert led is not None and led[1] is leader
+        epoch = led[0]  # (the etcd revision the Reconciler made the state at: above 0)
+        assert errors(leader, 0, epoch) == (ErrorCode.none, ErrorCode.none)
+        assert errors(leader, 0, epoch + 1) == (ErrorCode.unknown_leader_epoch,) * 2
+        assert errors(leader, 0, epoch - 1) == (ErrorCode.fenced_leader_epoch,) * 2
 
         def checkpointed(vgroup: int) -> set[int | None]:
             return {hw_checkpoint.read(s.data_dir / "db" / rid / f"vnode{vgroup}") for s in nodes}
@@ -157,16 +161,15 @@ def one_vgroup_on_three(stack: ExitStack, etcd: EtcdCluster, tmp_path: Path, db:
     eventually("three live nodes", lambda: len(sql(n1, "SHOW DNODES")) == 3)
     sql(n1, f"CREATE DATABASE {db} VGROUPS 1 REPLICA 3 WAL_LEVEL 2 WAL_FSYNC_PERIOD 0")
     sql(n1, f"CREATE STABLE {db}.st (ts TIMESTAMP, v INT) TAGS (site INT)")
-    leading = f"vnode 0 of database {db}: leading epoch 0"
-    eventually("a leader", lambda: any(leading in s.log() for s in nodes))
+    eventually("a leader", lambda: leader_of(nodes, db, 0) is not None)
     for k in range(rows):
         sql(nodes[k % 3], f"INSERT INTO {db}.t{k % 3} USING {db}.st TAGS ({k % 3}) VALUES ({1_700_000_000_000 + k}, {k})")
-    return nodes, next(s for s in nodes if leading in s.log())
+    return nodes, leader_of(nodes, db, 0)[1]  # type: ignore[index]
 
 
 def test_a_killed_leader_is_replaced_within_the_lease(etcd1: EtcdCluster, tmp_path: Path) -> None:
     """kill -9 of a vgroup's leader: within the lease TTL (2 s) and a few seconds the controller elects another
-    replica of the ISR (epoch 1), Metadata names it and the dead node out of the ISR, the survivors' WALs are equal,
+    replica of the ISR (in the next epoch), Metadata names it and the dead node out of the ISR, the survivors' WALs are equal,
     and a consumer bootstrapped on a survivor reads every row from the new leader; the dead node restarted on its
     data dir (a new broker epoch) follows the new leader and rejoins the ISR (``replica.lag.time.max.ms`` 2 s).
     SQL INSERTs and SELECTs through either survivor go to the new leader."""
@@ -178,7 +181,7 @@ def test_a_killed_leader_is_replaced_within_the_lease(etcd1: EtcdCluster, tmp_pa
         dead.proc.kill()
         dead.proc.wait(timeout=30)
         killed = time.monotonic()
-        eventually("a new leader", lambda: any("vnode 0 of database f: leading epoch 1" in s.log() for s in survivors))
+        eventually("a new leader", lambda: leader_of(survivors, "f", 0) is not None)
         failover_s = time.monotonic() - killed
         assert failover_s < 2 + 5, failover_s
         raws = [wal_bytes(s, db_id(survivors[0], "f"), 0) for s in survivors]
@@ -226,7 +229,7 @@ def test_a_stopped_leader_hands_its_vgroups_over_before_it_stops(etcd1: EtcdClus
         stopped_s = time.monotonic() - stopping
         assert "controlled shutdown: leadership of 1 vgroups moved to other replicas" in leader.log(), leader.log()[-3000:]
         assert stopped_s < 30, stopped_s  # (it did not wait for its lease: that is 30 s)
-        eventually("a survivor leads", lambda: any("vnode 0 of database h: leading epoch 1" in s.log() for s in survivors))
+        eventually("a survivor leads", lambda: leader_of(survivors, "h", 0) is not None)
         for k, server in enumerate(survivors):
             sql(server, f"INSERT INTO h.t{k} USING h.st TAGS ({k}) VALUES ({1_700_000_001_000 + k}, {k})")
         for server in survivors:

@@ -39,7 +39,7 @@ from confluent_kafka.admin import (
 )
 from etcd_cluster import EtcdCluster
 from history import Assign, FinalRead, Op, Poll, Send, Write, check
-from serve_support import create_topics, eventually, no_traceback, node, produce_to, sql, wait_log
+from serve_support import create_topics, eventually, leader_of, no_traceback, node, produce_to, sql, wait_log
 
 from livewalgate import WalgateServer
 from walgate.cluster.etcd import EtcdSession
@@ -54,6 +54,7 @@ KT_CONFIGS = {"min.insync.replicas": "2", "flush.messages": "1"}
 """flush.messages=1: group commit, each write fsynced before it counts for the high watermark (the minimum durable
 position over the ISR); at the default flush.ms (3 s) an acks=all answer waits for the leader's and the followers'
 periodic fsyncs, up to 3 s."""
+KT_DB = f"kafka_{TOPIC}"  # (the database a Kafka-native topic's partitions are vgroups of)
 PRODUCER, CONSUMER, FINAL = 1, 100, 200  # the history's process numbers (FINAL + node id: a full read through it)
 
 
@@ -112,12 +113,6 @@ def acks_all_error(servers: str, topic: str, partition: int) -> KafkaError | Non
     producer.produce(topic, b"x", partition=partition, on_delivery=lambda err, _: errors.append(err))
     assert producer.flush(30) == 0
     return errors[0]
-
-
-def leader_of(nodes: list[WalgateServer], vnode: int, epoch: int, topic: str = TOPIC) -> WalgateServer | None:
-    """The node that logged leading ``vnode`` of ``topic`` in leader epoch ``epoch`` (None: none of ``nodes``)."""
-    return next((s for s in nodes if f"vnode {vnode} of database kafka_{topic}: leading epoch {epoch}" in s.log()),
-                None)
 
 
 class Reader(threading.Thread):
@@ -250,7 +245,7 @@ def test_replicated_topics_are_placed_described_and_survive_a_leaders_kill_9(etc
                    lambda: described(n1, "kt2").get(PARTITIONS) == (3, [3, 1], [1, 3]))
         assert len(partition_states(etcd1)) == 2 * PARTITIONS + 1
         kt2_replicas = {p: replicas for p, (_, replicas, _) in described(n1, "kt2").items()}  # (3 partitions)
-        eventually("a leader of each partition of kt", lambda: all(leader_of(nodes, p, 0) for p in range(PARTITIONS)))
+        eventually("a leader of each partition of kt", lambda: all(leader_of(nodes, KT_DB, p) for p in range(PARTITIONS)))
 
         history: list[Op] = []
         reader, writer = Reader(bootstrap(nodes), history), Writer(bootstrap(nodes), history)
@@ -258,13 +253,14 @@ def test_replicated_topics_are_placed_described_and_survive_a_leaders_kill_9(etc
         writer.start()
         try:
             eventually("values acknowledged", lambda: writer.acked() > 20)
-            dead = leader_of(nodes, 0, 0)
-            assert dead is not None
+            first = leader_of(nodes, KT_DB, 0)
+            assert first is not None
+            first_epoch, dead = first
             dead_id = nodes.index(dead) + 1
             dead.proc.kill()
             dead.proc.wait(timeout=30)
             survivors = [s for s in nodes if s is not dead]
-            eventually("a new leader of partition 0", lambda: leader_of(survivors, 0, 1) is not None)
+            eventually("a new leader of partition 0", lambda: leader_of(survivors, KT_DB, 0, first_epoch) is not None)
             acked = writer.acked()
             eventually("values acknowledged by the new leader", lambda: writer.acked() > acked + 50)
             lone = next(p for p, replicas in kt2_replicas.items() if dead_id in replicas)

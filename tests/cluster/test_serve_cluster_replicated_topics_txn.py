@@ -18,8 +18,8 @@ from pathlib import Path
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from etcd_cluster import EtcdCluster
-from serve_support import eventually, no_traceback
-from test_serve_cluster_replicated_topics import bootstrap, leader_of, three_nodes
+from serve_support import eventually, leader_of, no_traceback
+from test_serve_cluster_replicated_topics import bootstrap, three_nodes
 from test_serve_cluster_transactions import _find_txn
 from test_transactions_coordinator import read_committed  # compat-tests/, which serve_support puts on the path
 
@@ -40,13 +40,15 @@ def test_a_transaction_commits_on_the_new_leader_of_a_partition_whose_leader_was
         configs = {"min.insync.replicas": "2", "flush.messages": "1"}
         admin.create_topics([NewTopic(TOPIC, 1, replica_assignment=[[first, second, coordinator]], config=configs)]
                             )[TOPIC].result(30)
-        eventually(f"node {first} leads", lambda: leader_of(nodes, 0, 0, TOPIC) is nodes[first - 1])
+        db = f"kafka_{TOPIC}"
+        eventually(f"node {first} leads", lambda: (leader_of(nodes, db, 0) or (0, None))[1] is nodes[first - 1])
+        first_epoch = leader_of(nodes, db, 0)[0]  # type: ignore[index]
         dead = nodes[first - 1]
         dead.proc.kill()
         dead.proc.wait(timeout=30)
         survivors = [s for s in nodes if s is not dead]
         eventually(f"node {second} leads (the ISR's next in replica order)",
-                   lambda: leader_of(survivors, 0, 1, TOPIC) is nodes[second - 1])
+                   lambda: (leader_of(survivors, db, 0, first_epoch) or (0, None))[1] is nodes[second - 1])
 
         producer = Producer({"bootstrap.servers": bootstrap(survivors), "transactional.id": TID,
                              "message.timeout.ms": 60_000})

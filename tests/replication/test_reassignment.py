@@ -180,11 +180,11 @@ def test_a_state_made_again_mid_move_keeps_its_adding_replicas_out_of_the_isr_an
 def test_missing_states_carry_the_catalogs_move_and_wait_for_a_replica_not_being_added() -> None:
     moving, other = PartitionId("d", 0), PartitionId("d", 1)
     catalog = {moving: ReplicatedVnode((3, 2, 1), 1, False, (3,), (1,)), other: ReplicatedVnode((3, 2), 1)}
-    states, refused = missing_states(catalog, (), {3: 30})
+    states, refused = missing_states(catalog, (), {3: 30}, 1)
     assert (list(states), refused) == ([other], {}), "only the adding replica registered: no state for d/0 yet"
-    states, _ = missing_states(catalog, (), {1: 10, 3: 30})
+    states, _ = missing_states(catalog, (), {1: 10, 3: 30}, 1)
     assert (states[moving].isr_ids, states[moving].leader, states[moving].adding) == ({1}, 1, (3,))
-    _, refused = missing_states({moving: ReplicatedVnode((3, 2, 1), 1, False, (1,), (1,))}, (), LIVE)
+    _, refused = missing_states({moving: ReplicatedVnode((3, 2, 1), 1, False, (1,), (1,))}, (), LIVE, 1)
     assert "a move of replicas" in refused[moving]
 
 

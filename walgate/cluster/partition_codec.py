@@ -172,23 +172,37 @@ def unwanted_states(catalog: CatalogVnodes, present: Collection[PartitionId]) ->
 
 
 def missing_states(catalog: Mapping[PartitionId, ReplicatedVnode], present: Collection[PartitionId],
-                   live: Mapping[int, int]) -> tuple[dict[PartitionId, PartitionState], dict[PartitionId, str]]:
-    """The states to create, in partition order: ``partition.initial_state`` (the first registered replica leads in
-    epoch 0, the registered ones in sync at their broker epochs ``live``; a move in progress carried, its adding
-    replicas out of the ISR) of each replicated vnode the catalog holds whose key is not in ``present`` (every
+                   live: Mapping[int, int], revision: int) -> tuple[dict[PartitionId, PartitionState],
+                                                                dict[PartitionId, str]]:
+    """The states to create, in partition order: ``partition.initial_state`` (the first registered replica leads,
+    the registered ones in sync at their broker epochs ``live``; a move in progress carried, its adding replicas out
+    of the ISR) of each replicated vnode the catalog holds whose key is not in ``present`` (every
     ``partitions/`` key read, damaged values included: a damaged state is the operator's to delete, never
     overwritten) and one of whose replicas not being added is registered (none: no state yet, since one with no
     leader and an empty ISR could never elect; Kafka likewise refuses to create a partition whose brokers are all
     fenced, and the controller's next pass follows a registration). Apart: why no state can be built for each vnode
     whose catalog entry ``initial_state`` refuses (replicas repeated, ``min_isr`` out of range, a move that is not
-    one), which never stops the creation of the others."""
+    one), which never stops the creation of the others.
+
+    Each starts at leader epoch ``revision``, the etcd revision the absence was read at, not at 0: a state made
+    again after its key was deleted (by an operator: the controller deletes a state only with its database) must
+    start above every leader epoch the deleted one reached, or its replicas, whose leader epoch caches hold those
+    epochs, would refuse to lead in it (an epoch never goes back: KIP-101) and the vgroup would stay leaderless. Each
+    of those epochs was written by a write of the deleted key, each write one epoch at most above the last, from a
+    creation whose epoch was below its own revision: so each is below its write's revision, below the delete's,
+    which is at most ``revision``. (The partition epoch is the key's mod revision: it grows across a delete as it
+    is. Kafka's controller never forgets a partition's epochs: its metadata log keeps the partition record until the
+    topic is deleted.) The etcd revision stays below 2^31, leader epochs' wire range, for as long as the cluster's
+    etcd takes fewer writes than that.
+    """
     states: dict[PartitionId, PartitionState] = {}
     refused: dict[PartitionId, str] = {}
     for pid, v in sorted(catalog.items()):
         if pid in present or not any(r in live and r not in v.adding for r in v.replicas):
             continue
         try:
-            states[pid] = initial_state(v.replicas, live, v.min_isr, v.unclean_election, v.adding, v.removing)
+            states[pid] = initial_state(v.replicas, live, v.min_isr, v.unclean_election, v.adding, v.removing,
+                                        revision)
         except ValueError as e:
             refused[pid] = str(e)
     return states, refused

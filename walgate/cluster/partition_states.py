@@ -574,7 +574,8 @@ class Reconciler:
         wanted = await self._wanted(snapshot.catalog_seq)
         if wanted is not None:  # (a state just elected is refused its delete, as it changed: the next pass deletes it)
             refused += await self.delete(snapshot, unwanted_states(wanted, snapshot.present))
-            creations, unbuildable = missing_states(wanted.vnodes, snapshot.present, snapshot.live)
+            creations, unbuildable = missing_states(wanted.vnodes, snapshot.present, snapshot.live,
+                                                       snapshot.revision)
             for pid, why in unbuildable.items():
                 log.error("controller: %s/%d has no partition state and none can be built from its catalog entry: "
                           "%s", pid.db_id, pid.vgroup, why)

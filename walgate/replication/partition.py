@@ -103,10 +103,10 @@ class AlterIsr:
 
 def initial_state(replicas: tuple[int, ...], registered: Mapping[int, int], min_isr: int,
                   unclean_election: bool = False, adding: tuple[int, ...] = (),
-                  removing: tuple[int, ...] = ()) -> PartitionState:
+                  removing: tuple[int, ...] = (), leader_epoch: int = 0) -> PartitionState:
     """A partition's state made by the controller from its catalog entry alone: every replica registered now is in
-    sync, the first of them leads in epoch 0 (NO_LEADER when none is registered). A new partition's replicas all
-    hold the same (empty) log.
+    sync, the first of them leads in ``leader_epoch`` (NO_LEADER when none is registered). A new partition's replicas
+    all hold the same (empty) log.
 
     A state made again while the catalog places the vgroup on a move's replicas (``adding`` and ``removing``: the
     ``place_vgroup`` record the move began with, its key since deleted) carries the move, so that it completes, and
@@ -114,10 +114,13 @@ def initial_state(replicas: tuple[int, ...], registered: Mapping[int, int], min_
     the leader found it caught up, and nothing the controller holds says whether it did (Kafka's controller, which
     keeps the adding replicas in the topic's assignment for this, never counts them in sync either). The replicas the
     move started from are taken as holding the log, as every replica of a state made again is: the catalog knows no
-    more of them. Raises ValueError for replicas empty or repeated, ``min_isr`` out of range, or a move that is not
-    one (``adding`` and ``removing`` repeated, not replicas, overlapping, the removing ones not last, or all)."""
+    more of them. Raises ValueError for replicas empty or repeated, ``leader_epoch`` negative, ``min_isr`` out of range, or a
+    move that is not one (``adding`` and ``removing`` repeated, not replicas, overlapping, the removing ones not last,
+    or all)."""
     if not replicas or len(set(replicas)) != len(replicas):
         raise ValueError(f"replicas {replicas}: at least one, all distinct")
+    if leader_epoch < 0:
+        raise ValueError(f"leader epoch {leader_epoch}: not negative")
     if not 1 <= min_isr <= len(replicas):
         raise ValueError(f"min.insync.replicas {min_isr}: between 1 and the replication factor {len(replicas)}")
     if not moves_valid(replicas, adding, removing):
@@ -125,8 +128,8 @@ def initial_state(replicas: tuple[int, ...], registered: Mapping[int, int], min_
                          "disjoint replicas, the removing ones last and not all of them")
     eligible = [r for r in replicas if r in registered and r not in adding]
     isr = tuple(sorted(IsrMember(r, registered[r]) for r in eligible))
-    return PartitionState(replicas, eligible[0] if eligible else NO_LEADER, 0, 0, isr, (), min_isr, unclean_election,
-                          adding, removing)
+    return PartitionState(replicas, eligible[0] if eligible else NO_LEADER, leader_epoch, 0, isr, (), min_isr,
+                          unclean_election, adding, removing)
 
 
 def moves_valid(replicas: tuple[int, ...], adding: tuple[int, ...], removing: tuple[int, ...]) -> bool:
