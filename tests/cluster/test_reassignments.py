@@ -21,7 +21,7 @@ from walgate.cluster.etcd import tx
 from walgate.cluster.model import decode_record
 from walgate.cluster.partition_codec import CatalogVnodes, PartitionId, ReplicatedVnode, partition_key
 from walgate.cluster.partition_states import PartitionStates, Reconciler
-from walgate.cluster.reassignments import ReassignmentRequest
+from walgate.cluster.reassignments import ReassignmentRequest, decide, first_states
 from walgate.replication.partition import AlterIsr, IsrMember, PartitionState
 from walgate.storage.catalog import DB_DEFAULTS, Catalog
 from walgate.storage.names import new_db_id
@@ -170,3 +170,22 @@ async def _admitted_then_completed(view: PartitionStates, moving: PartitionState
     done = await view.read(pid)
     assert done is not None
     return done
+
+
+def test_a_move_of_a_one_copy_vgroup_starts_from_its_first_state() -> None:
+    """Issue 26: a vgroup of one copy (no state) that a request moves starts from the state ``first_states`` makes
+    from the catalog (its replica leading in epoch 0, the only ISR member), then decided as any move: node 2 added,
+    node 1 removing, node 1 still leading; a cancellation, a replica not registered, or a vgroup not of one copy
+    gets no first state (answered as a partition with no state)."""
+    solo, other, gone = PartitionId("d", 0), PartitionId("d", 1), PartitionId("d", 2)
+    one_copy = {solo: ReplicatedVnode((1,), 1), other: ReplicatedVnode((1,), 1), gone: ReplicatedVnode((4,), 1)}
+    live = {1: 10, 2: 20}
+    request = ReassignmentRequest(((solo, (2,)), (other, None), (gone, (2,)), (PartitionId("e", 0), (2,))))
+    made = first_states(request, {}, one_copy, live)
+    assert made == {solo: PartitionState((1,), 1, 0, 0, (IsrMember(1, 10),), (), 1)}
+    writes, answers = decide(request, made, live)
+    assert writes == {solo: PartitionState((2, 1), 1, 0, 1, (IsrMember(1, 10),), (), 1, adding=(2,), removing=(1,))}
+    assert answers == {solo: ErrorCode.none, other: ErrorCode.unknown_topic_or_partition,
+                       gone: ErrorCode.unknown_topic_or_partition,
+                       PartitionId("e", 0): ErrorCode.unknown_topic_or_partition}
+    assert first_states(request, {solo: made[solo]}, one_copy, live) == {}  # (a state already: moved as it is)

@@ -121,13 +121,14 @@ def prepare(directory: Path) -> None:
     write_new(directory, SINGLE_NODE_EPOCHS, syncs=SyncLatency())
 
 
-def wal_options(db: DatabaseDef) -> WalOptions:
-    """The WAL options of ``db``'s vnodes. A replicated database's (issue 25) commit in groups whatever its
+def wal_options(db: DatabaseDef, index: int) -> WalOptions:
+    """The WAL options of ``db``'s vnode ``index``. A replicated vgroup's (issue 25; ``DatabaseDef.replicated``)
+    commit in groups whatever its
     WAL_LEVEL and WAL_FSYNC_PERIOD (level 2, period 0: each append synced at once, with the appends beside it): its
     high watermark counts only what every in-sync replica holds durably, so a periodic fsync would hold every
     acknowledged write (acks=all, SQL) until the leader's and the followers' next one (~3 s at the defaults)."""
     o = db.options
-    replicated = db.replication_factor > 1
+    replicated = db.replicated(index)
     return WalOptions(
         level=2 if replicated else int(o["WAL_LEVEL"]),
         fsync_period_ms=0 if replicated else int(o["WAL_FSYNC_PERIOD"]),
@@ -166,7 +167,7 @@ class Vnode:
         self.epochs = LeaderEpochs.open(directory, wal.next_version, damage=damage, syncs=wal.syncs)
         # each writes open's cut of the epoch file, if any, before the WAL can grow (leader_epochs' module docstring);
         # the catalog knows a database's replicas before its vnodes open (its CREATE record places them)
-        if db.replication_factor > 1:
+        if db.replicated(index):
             self.epochs.lead_replicated()
         else:
             self.epochs.lead_single_node(new=wal.next_version == 0)
@@ -182,7 +183,7 @@ class Vnode:
         caller's (:func:`~walgate.storage.meta_store.check` of :attr:`store`, then :meth:`rebuild_store`). A WAL
         with no segment yet starts at ``first_version``."""
         directory.mkdir(parents=True, exist_ok=True)
-        wal = Wal.open(directory / "wal", wal_options(db), first_version=first_version, damage=damage,
+        wal = Wal.open(directory / "wal", wal_options(db, index), first_version=first_version, damage=damage,
                        unsynced=unsynced, owner=(db.name, index), clock=clock, files=files, syncs=syncs)
         vnode = cls(db, index, directory, wal, damage, whole_store)
         vnode._catch_up()
@@ -276,9 +277,10 @@ class Vnode:
             return 0
 
     def reconfigure(self, db: DatabaseDef) -> None:
-        """The database's options changed (a Kafka-native topic's configs): apply its WAL settings."""
+        """The database's options changed (a Kafka-native topic's configs), or its placement (a vgroup of one copy
+        moved, now replicated: its WAL commits in groups from then on, issue 26): apply its WAL settings."""
         self.db = db
-        self.wal.options = wal_options(db)
+        self.wal.options = wal_options(db, self.index)
 
     # ------------------------------------------------------------------ meta
 
@@ -610,7 +612,7 @@ class Vnode:
         for a replica (of a replicated database, or one whose high watermark a replica manager checkpointed) whose
         high watermark this engine was not given yet (just opened: its visible version would include a divergent
         tail)."""
-        if self.wal.replication is None and (self.db.replication_factor > 1 or self._replica):
+        if self.wal.replication is None and (self.db.replicated(self.index) or self._replica):
             return None
         return self.wal.visible_version
 
