@@ -144,6 +144,62 @@ async def test_a_state_deleted_mid_move_is_made_again_with_the_move_and_its_addi
             await n3.close()
 
 
+async def test_a_one_copy_vgroup_moved_gets_a_state_that_lives_on(etcd1: EtcdCluster, tmp_path: Path) -> None:
+    """Issue 26: the controller's catalog (a real one, fed from the stream, with ``replication``) holds d/0 of one
+    copy on node 1: no state is made for it. A move to node 2 makes its first state with the move (node 1 leading
+    in leader epoch 0, node 2 adding) and the ``place_vgroup`` record, in one transaction; the catalog then counts
+    the vgroup replicated, so the passes that follow keep its state; the leader admits node 2 and the move completes
+    (node 2 leads, leader epoch 1), the state kept after it. Fails on main (UNKNOWN_TOPIC_OR_PARTITION: checked)."""
+    async with controller_and_one(etcd1, tmp_path) as (n1, n2):
+        catalog = Catalog.open(tmp_path / "catalog.log")
+        catalog.cluster, catalog.node_id, catalog.replication = True, 1, True
+        db_id = new_db_id()
+        catalog.apply({"op": "create_db", "name": "d", "id": db_id, "options": {**DB_DEFAULTS, "VGROUPS": 1},
+                       "created_ms": 0, "nodes": [1], "replicas": [[1]]})
+        pid = PartitionId(db_id, 0)
+
+        async def at(seq: int) -> CatalogVnodes:
+            _, kvs = await n1.session.get_prefix(KEYS.records)
+            for kv in sorted(kvs, key=lambda kv: int(kv.key[len(KEYS.records):])):
+                record_seq = int(kv.key[len(KEYS.records):])
+                if catalog.shared_seq < record_seq <= seq:
+                    assert catalog.apply_shared(record_seq, json.loads(decode_record(kv.value)[1]))
+            return catalog.controller_vnodes()
+
+        view = PartitionStates(n1.session, KEYS)
+        reconciler = Reconciler(view, n1.election, retry_delay=0.1, catalog=at)
+        n1.tasks.append(asyncio.create_task(reconciler.run()))
+
+        async def passes(count: int) -> bool:
+            return reconciler.passes >= count
+
+        await eventually("a pass", lambda: passes(1))
+        assert await view.read(pid) is None  # (one copy: no state)
+        lease = n2.registration.lease_id
+        assert lease is not None
+        assert await within(ask(n2.session, KEYS, 2, lease, ReassignmentRequest(((pid, (2,)),)))) == {
+            pid: ErrorCode.none}
+        moving = await view.read(pid)
+        assert moving is not None
+        assert (moving.replicas, moving.adding, moving.removing, moving.leader, moving.leader_epoch) == (
+            (2, 1), (2,), (1,), 1, 0)
+        await eventually("the catalog has the move", lambda: _moving(catalog, pid))
+        done_passes = reconciler.passes
+        await eventually("more passes (one lease TTL apart at most)", lambda: passes(done_passes + 2))
+        assert await view.read(pid) == moving and reconciler.deleted == 0  # (the catalog wants it now)
+        e1, e2 = (n.registration.epoch or 0 for n in (n1, n2))
+        done = await _admitted_then_completed(view, moving, pid, AlterIsr(
+            1, 0, moving.partition_epoch, (IsrMember(1, e1), IsrMember(2, e2)), e1), {1: e1, 2: e2})
+        assert (done.replicas, done.leader, done.leader_epoch, done.isr_ids) == ((2,), 2, 1, {2})
+        await eventually("the catalog has the move completed", lambda: _placed(catalog, pid, (2,)))
+        assert catalog.databases["d"].replicated(0) and await view.read(pid) == done
+
+
+async def _moving(catalog: Catalog, pid: PartitionId) -> bool:
+    vnode = catalog.replicated_vnodes().get(pid)
+    return vnode is not None and vnode.adding == (2,)
+
+
 async def _registered(node: Node) -> bool:
     return node.registration.epoch is not None
 

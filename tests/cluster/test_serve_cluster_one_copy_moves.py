@@ -11,20 +11,29 @@ etcd (stopped by PID), ``__consumer_offsets`` on node 1 alone.
 * ``DROP DNODE`` of a node holding vgroups of a ``REPLICA 1`` database moves them off it (on main it was refused:
   "has one copy ... its data cannot move"); every row is still counted through every node.
 
-No node logged a traceback."""
+No node logged a traceback.
+
+Under kills: with the adding node paused, the move of a partition of one copy is listed in progress; the controller
+and the partition's only copy (its leader, node 2) are killed -9 and started again on their data dirs, and node 2,
+back under a new broker epoch, is elected again from the ELR (KIP-966) and takes writes; the adding node resumed,
+the move completes, node 2's copy is deleted and every acknowledged value is read once, in order, through node 3."""
 
 from __future__ import annotations
 
+import os
+import signal
 from contextlib import ExitStack
 from pathlib import Path
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import NewTopic
 from etcd_cluster import EtcdCluster
-from serve_support import create_topics, eventually, no_traceback, sql
+from serve_support import create_topics, eventually, no_traceback, node, sql
 from test_serve_cluster_moves import move
+from test_serve_cluster_reassignment_kills import controller
+from test_serve_cluster_reassignments import states
 from test_serve_cluster_rebalance import OFFSETS_ONE_COPY
-from test_serve_cluster_replicated_topics import bootstrap, described, three_nodes
+from test_serve_cluster_replicated_topics import ARGS, bootstrap, described, three_nodes
 
 from livewalgate import WalgateServer
 from walgate.wire.errors import ErrorCode
@@ -68,9 +77,50 @@ def read_all(server: WalgateServer, topic: str) -> list[bytes]:
 
 
 def produce(producer: Producer, values: range) -> None:
+    """``values`` written to :data:`SOLO`'s partition 0, each acknowledged (acks=all) before this returns."""
+    failed: list[object] = []
     for i in values:
-        producer.produce(SOLO, str(i).encode(), partition=0)
-    assert producer.flush(60) == 0
+        producer.produce(SOLO, str(i).encode(), partition=0,
+                         on_delivery=lambda err, _msg: failed.append(err) if err is not None else None)
+    assert producer.flush(90) == 0 and failed == [], failed
+
+
+def test_a_one_copy_move_survives_the_kill_9_of_the_controller_and_of_its_only_copy(etcd1: EtcdCluster,
+                                                                                   tmp_path: Path) -> None:
+    with ExitStack() as stack:
+        nodes = three_nodes(stack, etcd1, tmp_path, *OFFSETS_ONE_COPY)
+        n1, n2, n3 = nodes
+        before = db_dirs(n2)
+        create_topics(bootstrap(nodes), NewTopic(SOLO, 1, replica_assignment=[[2]]))
+        eventually("the partition on node 2", lambda: described(n1, SOLO) == {0: (2, [2], [2])})
+        [copy] = db_dirs(n2) - before
+        producer = Producer({"bootstrap.servers": bootstrap(nodes), "acks": "all", "enable.idempotence": True,
+                             "message.timeout.ms": 90_000})
+        produce(producer, range(100))
+        os.kill(n3.proc.pid, signal.SIGSTOP)  # (registered for its session: the target is valid)
+        stack.callback(lambda: n3.proc.poll() is None and os.kill(n3.proc.pid, signal.SIGCONT))
+        assert move(n1.kafka_port, [3], SOLO) == (ErrorCode.none, ErrorCode.none)
+        eventually("the move listed", lambda: states(n1.kafka_port) == {0: ([3, 2], [3], [2])})
+        produce(producer, range(100, 200))
+        dead = sorted({2, controller(nodes)})
+        for n in dead:
+            nodes[n - 1].proc.kill()
+            nodes[n - 1].proc.wait(timeout=30)
+            no_traceback(nodes[n - 1])
+        for n in dead:
+            old = nodes[n - 1]
+            nodes[n - 1] = stack.enter_context(node(etcd1, tmp_path / f"again{n}", n, *ARGS, *OFFSETS_ONE_COPY,
+                                                    data_dir=old.data_dir, kafka_port=old.kafka_port))
+        produce(producer, range(200, 300))  # (node 2 elected again from the ELR)
+        os.kill(n3.proc.pid, signal.SIGCONT)
+        eventually("the move completed", lambda: described(nodes[0], SOLO) == {0: (3, [3], [3])}
+                   and states(nodes[0].kafka_port) == {})
+        eventually("node 2's copy deleted", lambda: not (copy / "vnode0").exists())
+        produce(producer, range(300, 400))
+        for server in (n3, nodes[0]):
+            assert read_all(server, SOLO) == [str(i).encode() for i in range(400)]
+        for server in nodes:
+            no_traceback(server)
 
 
 def topic_partition_moved(nodes: list[WalgateServer]) -> None:

@@ -442,7 +442,7 @@ class Reconciler:
                          old.leader, new.leader, new.leader_epoch)
                 self.unclean_elections += new.leader != NO_LEADER and new.leader not in {*old.isr_ids, *old.elr}
 
-    async def serve_elections(self, snapshot: Snapshot, one_copy: Mapping[PartitionId, ReplicatedVnode] | None = None
+    async def serve_elections(self, snapshot: Snapshot, one_copy: Mapping[PartitionId, ReplicatedVnode] | None
                               ) -> tuple[int, set[PartitionId]]:
         """Make the elections asked (:mod:`walgate.cluster.elections`) on ``snapshot``, one request after the other:
         its elected states written, the request deleted and its outcome put (on the asking node's lease) in one
@@ -451,7 +451,8 @@ class Reconciler:
         outcome with the last; those written before a refusal are answered NONE when the request is served again).
         A move of a vgroup of ``one_copy`` (the catalog's vgroups of one copy with no state) starts from the state
         :func:`~walgate.cluster.reassignments.first_states` makes, and its moved state is created, its key compared
-        absent (issue 26); without ``one_copy`` (the catalog not caught up) such a vgroup is one with no state.
+        absent (issue 26); without ``one_copy`` (None: this node's catalog did not answer in time) a request moving
+        a partition with no state waits for a pass whose catalog answered (counted refused).
         A request naming a partition an earlier one of this pass changed waits for the next pass. Returns (the
         requests refused or deferred, the partitions written)."""
         keys = self.states.keys
@@ -471,7 +472,9 @@ class Reconciler:
             except ElectionRequestDamaged as e:  # answered with no result: the node asked reports its error
                 log.error("controller: %s", e)
             else:
-                if touched & set(request.partitions):
+                if touched & set(request.partitions) or (
+                        one_copy is None and isinstance(request, ReassignmentRequest)
+                        and any(target is not None and pid not in before for pid, target in request.moves)):
                     refused += 1
                     continue
                 if isinstance(request, ReassignmentRequest) and one_copy:
@@ -580,7 +583,8 @@ class Reconciler:
         touched = set(changes)
         wanted = await self._wanted(snapshot.catalog_seq)  # (after the elections: failover never waits for it)
         if not changes:  # (asked elections and the rebalance start from states the reconciliation leaves as they are)
-            served, touched = await self.serve_elections(snapshot, None if wanted is None else wanted.one_copy)
+            one_copy = {} if self.catalog is None else None if wanted is None else wanted.one_copy
+            served, touched = await self.serve_elections(snapshot, one_copy)
             refused += served
             if not snapshot.requests:
                 refused += await self.rebalance(snapshot, touched)

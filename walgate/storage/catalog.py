@@ -938,8 +938,8 @@ class Catalog:
 
     def _stable_changed(self, db: str, r: dict[str, Any]) -> None:
         """Note the meta entry of ALTER/DROP STABLE record ``r`` of ``db`` in :attr:`stable_changes` when it is a
-        shared record (its ``seq``) of a replicated database."""
-        if "seq" in r and self.databases[db].replication_factor > 1:
+        shared record (its ``seq``) of a database with a replicated vgroup."""
+        if "seq" in r and self.databases[db].any_replicated:
             seq = _get(r, "seq", int)
             self.stable_changes = {**self.stable_changes,
                                    db: (*self.stable_changes.get(db, ()), (seq, stable_meta(r, seq)))}

@@ -278,9 +278,12 @@ class Vnode:
 
     def reconfigure(self, db: DatabaseDef) -> None:
         """The database's options changed (a Kafka-native topic's configs), or its placement (a vgroup of one copy
-        moved, now replicated: its WAL commits in groups from then on, issue 26): apply its WAL settings."""
+        moved, now replicated: its WAL commits in groups from then on, issue 26): apply its WAL settings. Under group
+        commit what was appended and not synced yet is noted for the next group sync at once: the visible version is
+        then the durable one, and must not wait for the next write to catch up with what was served before."""
         self.db = db
         self.wal.options = wal_options(db, self.index)
+        self.wal.note_end()
 
     # ------------------------------------------------------------------ meta
 
