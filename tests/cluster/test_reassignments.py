@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -103,16 +104,8 @@ async def test_a_state_deleted_mid_move_is_made_again_with_the_move_and_its_addi
                            "created_ms": 0, "nodes": [1], "replicas": [[1, 2]]})
             pid = PartitionId(db_id, 0)
 
-            async def at(seq: int) -> CatalogVnodes:
-                _, kvs = await n1.session.get_prefix(KEYS.records)
-                for kv in sorted(kvs, key=lambda kv: int(kv.key[len(KEYS.records):])):
-                    record_seq = int(kv.key[len(KEYS.records):])
-                    if catalog.shared_seq < record_seq <= seq:
-                        assert catalog.apply_shared(record_seq, json.loads(decode_record(kv.value)[1]))
-                return catalog.controller_vnodes()
-
             view = PartitionStates(n1.session, KEYS)
-            reconciler = Reconciler(view, n1.election, retry_delay=0.1, catalog=at)
+            reconciler = Reconciler(view, n1.election, retry_delay=0.1, catalog=_fed(n1, catalog))
             n1.tasks.append(asyncio.create_task(reconciler.run()))
 
             async def made() -> bool:
@@ -158,16 +151,8 @@ async def test_a_one_copy_vgroup_moved_gets_a_state_that_lives_on(etcd1: EtcdClu
                        "created_ms": 0, "nodes": [1], "replicas": [[1]]})
         pid = PartitionId(db_id, 0)
 
-        async def at(seq: int) -> CatalogVnodes:
-            _, kvs = await n1.session.get_prefix(KEYS.records)
-            for kv in sorted(kvs, key=lambda kv: int(kv.key[len(KEYS.records):])):
-                record_seq = int(kv.key[len(KEYS.records):])
-                if catalog.shared_seq < record_seq <= seq:
-                    assert catalog.apply_shared(record_seq, json.loads(decode_record(kv.value)[1]))
-            return catalog.controller_vnodes()
-
         view = PartitionStates(n1.session, KEYS)
-        reconciler = Reconciler(view, n1.election, retry_delay=0.1, catalog=at)
+        reconciler = Reconciler(view, n1.election, retry_delay=0.1, catalog=_fed(n1, catalog))
         n1.tasks.append(asyncio.create_task(reconciler.run()))
 
         async def passes(count: int) -> bool:
@@ -198,6 +183,21 @@ async def test_a_one_copy_vgroup_moved_gets_a_state_that_lives_on(etcd1: EtcdClu
 async def _moving(catalog: Catalog, pid: PartitionId) -> bool:
     vnode = catalog.replicated_vnodes().get(pid)
     return vnode is not None and vnode.adding == (2,)
+
+
+def _fed(n1: Node, catalog: Catalog) -> Callable[[int], Awaitable[CatalogVnodes]]:
+    """The controller's ``catalog(seq)``: ``catalog`` fed the stream's records up to ``seq`` read from etcd, then its
+    vnodes."""
+
+    async def at(seq: int) -> CatalogVnodes:
+        _, kvs = await n1.session.get_prefix(KEYS.records)
+        for kv in sorted(kvs, key=lambda kv: int(kv.key[len(KEYS.records):])):
+            record_seq = int(kv.key[len(KEYS.records):])
+            if catalog.shared_seq < record_seq <= seq:
+                assert catalog.apply_shared(record_seq, json.loads(decode_record(kv.value)[1]))
+        return catalog.controller_vnodes()
+
+    return at
 
 
 async def _registered(node: Node) -> bool:

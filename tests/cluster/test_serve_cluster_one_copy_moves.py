@@ -28,12 +28,12 @@ from pathlib import Path
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import NewTopic
 from etcd_cluster import EtcdCluster
-from serve_support import create_topics, eventually, no_traceback, node, sql
+from serve_support import create_topics, eventually, no_traceback, sql
 from test_serve_cluster_moves import move
-from test_serve_cluster_reassignment_kills import controller
+from test_serve_cluster_reassignment_kills import controller, killed_and_started_again
 from test_serve_cluster_reassignments import states
 from test_serve_cluster_rebalance import OFFSETS_ONE_COPY
-from test_serve_cluster_replicated_topics import ARGS, bootstrap, described, three_nodes
+from test_serve_cluster_replicated_topics import bootstrap, described, three_nodes
 
 from livewalgate import WalgateServer
 from walgate.wire.errors import ErrorCode
@@ -102,15 +102,7 @@ def test_a_one_copy_move_survives_the_kill_9_of_the_controller_and_of_its_only_c
         assert move(n1.kafka_port, [3], SOLO) == (ErrorCode.none, ErrorCode.none)
         eventually("the move listed", lambda: states(n1.kafka_port) == {0: ([3, 2], [3], [2])})
         produce(producer, range(100, 200))
-        dead = sorted({2, controller(nodes)})
-        for n in dead:
-            nodes[n - 1].proc.kill()
-            nodes[n - 1].proc.wait(timeout=30)
-            no_traceback(nodes[n - 1])
-        for n in dead:
-            old = nodes[n - 1]
-            nodes[n - 1] = stack.enter_context(node(etcd1, tmp_path / f"again{n}", n, *ARGS, *OFFSETS_ONE_COPY,
-                                                    data_dir=old.data_dir, kafka_port=old.kafka_port))
+        killed_and_started_again(stack, etcd1, tmp_path, nodes, {2, controller(nodes)}, *OFFSETS_ONE_COPY)
         produce(producer, range(200, 300))  # (node 2 elected again from the ELR)
         os.kill(n3.proc.pid, signal.SIGCONT)
         eventually("the move completed", lambda: described(nodes[0], SOLO) == {0: (3, [3], [3])}
