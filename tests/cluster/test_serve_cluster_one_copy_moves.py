@@ -8,8 +8,9 @@ etcd (stopped by PID), ``__consumer_offsets`` on node 1 alone.
   every acknowledged value, written before and during the move, is read once, in order, through node 3.
 * A ``REPLICA 1`` database's vgroup is moved with ``REDISTRIBUTE VGROUP`` to another node: its copy there catches up,
   the old copy is deleted, every row written before and after is counted through every node.
-* ``DROP DNODE`` of a node holding vgroups of a ``REPLICA 1`` database moves them off it (on main it was refused:
-  "has one copy ... its data cannot move"); every row is still counted through every node.
+* ``walgate cluster decommission N --wait`` (``DROP DNODE N``) of a node holding vgroups of a ``REPLICA 1`` database
+  moves them, and the other one-copy vgroups it holds, off it (on main it was refused: "has one copy ... its data
+  cannot move"); every row is still counted through every node.
 
 No node logged a traceback.
 
@@ -20,6 +21,7 @@ the move completes, node 2's copy is deleted and every acknowledged value is rea
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 from contextlib import ExitStack
@@ -32,7 +34,7 @@ from serve_support import create_topics, eventually, no_traceback, sql
 from test_serve_cluster_moves import move
 from test_serve_cluster_reassignment_kills import controller, killed_and_started_again
 from test_serve_cluster_reassignments import states
-from test_serve_cluster_rebalance import OFFSETS_ONE_COPY
+from test_serve_cluster_rebalance import OFFSETS_ONE_COPY, decommission
 from test_serve_cluster_replicated_topics import bootstrap, described, three_nodes
 
 from livewalgate import WalgateServer
@@ -133,7 +135,7 @@ def topic_partition_moved(nodes: list[WalgateServer]) -> None:
     produce(producer, range(200, 300))
     for server in (n3, n1):
         assert read_all(server, SOLO) == [str(i).encode() for i in range(300)]
-    # a second move, back to node 2: the state lives on, its leader epoch only grows
+    # a second move, back to node 2 (where it was made): its state lived on
     assert move(n3.kafka_port, [2], SOLO) == (ErrorCode.none, ErrorCode.none)
     eventually("moved back to node 2", lambda: described(n1, SOLO) == {0: (2, [2], [2])})
     eventually("node 3's copy deleted", lambda: not (n3.data_dir / "db" / copy.name / "vnode0").exists())
@@ -169,9 +171,13 @@ def node_decommissioned(nodes: list[WalgateServer]) -> None:
         sql(n1, f"INSERT INTO d.t{k} USING d.st TAGS ({k}) VALUES " + " ".join(f"({TS + i}, {i})" for i in range(10)))
     placed = described(n1, "dti")
     gone = next(i for i in (3, 2) if any(p[1] == [i] for p in placed.values()))
-    assert sql(n1, f"DROP DNODE {gone}") == [[sum(p[1] == [gone] for p in placed.values()) + _others(nodes, gone)]]
-    eventually(f"no vgroup of d on node {gone}", lambda: all(gone not in p[1] and len(p[2]) == 1
-                                                           for p in described(n1, "dti").values()))
+    moved = sum(p[1] == [gone] for p in placed.values()) + _others(nodes, gone)
+    done = decommission(n1, str(gone), "--wait", "--wait-timeout", "90", "--json")  # (DROP DNODE, then waits)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert (report["statement"], report["vgroups_moving"], report["done"]) == (f"DROP DNODE {gone}", moved, True)
+    for topic in ("dti", "sti", SOLO):
+        assert all(gone not in p[1] and len(p[1]) == 1 and p[2] == p[1] for p in described(n1, topic).values())
     for server in nodes:
         assert sql(server, "SELECT COUNT(*), SUM(v) FROM d.st") == [[80, 8 * 45]]
 
