@@ -581,7 +581,7 @@ class Reconciler:
         changes = reconcile_all(snapshot.states, snapshot.live)
         refused = await self.write(snapshot, changes)
         touched = set(changes)
-        wanted = await self._wanted(snapshot.catalog_seq)  # (after the elections: failover never waits for it)
+        wanted = await self._wanted(snapshot.catalog_seq)  # (after the reconciliation written: failover never waits)
         if not changes:  # (asked elections and the rebalance start from states the reconciliation leaves as they are)
             one_copy = {} if self.catalog is None else None if wanted is None else wanted.one_copy
             served, touched = await self.serve_elections(snapshot, one_copy)
