@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -21,7 +22,7 @@ from walgate.cluster.etcd import tx
 from walgate.cluster.model import decode_record
 from walgate.cluster.partition_codec import CatalogVnodes, PartitionId, ReplicatedVnode, partition_key
 from walgate.cluster.partition_states import PartitionStates, Reconciler
-from walgate.cluster.reassignments import ReassignmentRequest
+from walgate.cluster.reassignments import ReassignmentRequest, decide, first_states
 from walgate.replication.partition import AlterIsr, IsrMember, PartitionState
 from walgate.storage.catalog import DB_DEFAULTS, Catalog
 from walgate.storage.names import new_db_id
@@ -103,16 +104,8 @@ async def test_a_state_deleted_mid_move_is_made_again_with_the_move_and_its_addi
                            "created_ms": 0, "nodes": [1], "replicas": [[1, 2]]})
             pid = PartitionId(db_id, 0)
 
-            async def at(seq: int) -> CatalogVnodes:
-                _, kvs = await n1.session.get_prefix(KEYS.records)
-                for kv in sorted(kvs, key=lambda kv: int(kv.key[len(KEYS.records):])):
-                    record_seq = int(kv.key[len(KEYS.records):])
-                    if catalog.shared_seq < record_seq <= seq:
-                        assert catalog.apply_shared(record_seq, json.loads(decode_record(kv.value)[1]))
-                return catalog.controller_vnodes()
-
             view = PartitionStates(n1.session, KEYS)
-            reconciler = Reconciler(view, n1.election, retry_delay=0.1, catalog=at)
+            reconciler = Reconciler(view, n1.election, retry_delay=0.1, catalog=_fed(n1, catalog))
             n1.tasks.append(asyncio.create_task(reconciler.run()))
 
             async def made() -> bool:
@@ -147,6 +140,69 @@ async def test_a_state_deleted_mid_move_is_made_again_with_the_move_and_its_addi
             await n3.close()
 
 
+async def test_a_one_copy_vgroup_moved_gets_a_state_that_lives_on(etcd1: EtcdCluster, tmp_path: Path) -> None:
+    """Issue 26: the controller's catalog (a real one, fed from the stream, with ``replication``) holds d/0 of one
+    copy on node 1: no state is made for it. A move to node 2 makes its first state with the move (node 1 leading
+    in leader epoch 0, node 2 adding) and the ``place_vgroup`` record, in one transaction; the catalog then counts
+    the vgroup replicated, so the passes that follow keep its state; the leader admits node 2 and the move completes
+    (node 2 leads, leader epoch 1), the state kept after it. Fails on main (UNKNOWN_TOPIC_OR_PARTITION: checked)."""
+    async with controller_and_one(etcd1, tmp_path) as (n1, n2):
+        catalog = Catalog.open(tmp_path / "catalog.log")
+        catalog.cluster, catalog.node_id, catalog.replication = True, 1, True
+        db_id = new_db_id()
+        catalog.apply({"op": "create_db", "name": "d", "id": db_id, "options": {**DB_DEFAULTS, "VGROUPS": 1},
+                       "created_ms": 0, "nodes": [1], "replicas": [[1]]})
+        pid = PartitionId(db_id, 0)
+
+        view = PartitionStates(n1.session, KEYS)
+        reconciler = Reconciler(view, n1.election, retry_delay=0.1, catalog=_fed(n1, catalog))
+        n1.tasks.append(asyncio.create_task(reconciler.run()))
+
+        async def passes(count: int) -> bool:
+            return reconciler.passes >= count
+
+        await eventually("a pass", lambda: passes(1))
+        assert await view.read(pid) is None  # (one copy: no state)
+        lease = n2.registration.lease_id
+        assert lease is not None
+        assert await within(ask(n2.session, KEYS, 2, lease, ReassignmentRequest(((pid, (2,)),)))) == {
+            pid: ErrorCode.none}
+        moving = await view.read(pid)
+        assert moving is not None
+        assert (moving.replicas, moving.adding, moving.removing, moving.leader, moving.leader_epoch) == (
+            (2, 1), (2,), (1,), 1, 0)
+        await eventually("the catalog has the move", lambda: _moving(catalog, pid))
+        done_passes = reconciler.passes
+        await eventually("more passes (one lease TTL apart at most)", lambda: passes(done_passes + 2))
+        assert await view.read(pid) == moving and reconciler.deleted == 0  # (the catalog wants it now)
+        e1, e2 = (n.registration.epoch or 0 for n in (n1, n2))
+        done = await _admitted_then_completed(view, moving, pid, AlterIsr(
+            1, 0, moving.partition_epoch, (IsrMember(1, e1), IsrMember(2, e2)), e1), {1: e1, 2: e2})
+        assert (done.replicas, done.leader, done.leader_epoch, done.isr_ids) == ((2,), 2, 1, {2})
+        await eventually("the catalog has the move completed", lambda: _placed(catalog, pid, (2,)))
+        assert catalog.databases["d"].replicated(0) and await view.read(pid) == done
+
+
+async def _moving(catalog: Catalog, pid: PartitionId) -> bool:
+    vnode = catalog.replicated_vnodes().get(pid)
+    return vnode is not None and vnode.adding == (2,)
+
+
+def _fed(n1: Node, catalog: Catalog) -> Callable[[int], Awaitable[CatalogVnodes]]:
+    """The controller's ``catalog(seq)``: ``catalog`` fed the stream's records up to ``seq`` read from etcd, then its
+    vnodes."""
+
+    async def at(seq: int) -> CatalogVnodes:
+        _, kvs = await n1.session.get_prefix(KEYS.records)
+        for kv in sorted(kvs, key=lambda kv: int(kv.key[len(KEYS.records):])):
+            record_seq = int(kv.key[len(KEYS.records):])
+            if catalog.shared_seq < record_seq <= seq:
+                assert catalog.apply_shared(record_seq, json.loads(decode_record(kv.value)[1]))
+        return catalog.controller_vnodes()
+
+    return at
+
+
 async def _registered(node: Node) -> bool:
     return node.registration.epoch is not None
 
@@ -173,3 +229,22 @@ async def _admitted_then_completed(view: PartitionStates, moving: PartitionState
     done = await view.read(pid)
     assert done is not None
     return done
+
+
+def test_a_move_of_a_one_copy_vgroup_starts_from_its_first_state() -> None:
+    """Issue 26: a vgroup of one copy (no state) that a request moves starts from the state ``first_states`` makes
+    from the catalog (its replica leading in epoch 0, the only ISR member), then decided as any move: node 2 added,
+    node 1 removing, node 1 still leading; a cancellation, a replica not registered, or a vgroup not of one copy
+    gets no first state (answered as a partition with no state)."""
+    solo, other, gone = PartitionId("d", 0), PartitionId("d", 1), PartitionId("d", 2)
+    one_copy = {solo: ReplicatedVnode((1,), 1), other: ReplicatedVnode((1,), 1), gone: ReplicatedVnode((4,), 1)}
+    live = {1: 10, 2: 20}
+    request = ReassignmentRequest(((solo, (2,)), (other, None), (gone, (2,)), (PartitionId("e", 0), (2,))))
+    made = first_states(request, {}, one_copy, live)
+    assert made == {solo: PartitionState((1,), 1, 0, 0, (IsrMember(1, 10),), (), 1)}
+    writes, answers = decide(request, made, live)
+    assert writes == {solo: PartitionState((2, 1), 1, 0, 1, (IsrMember(1, 10),), (), 1, adding=(2,), removing=(1,))}
+    assert answers == {solo: ErrorCode.none, other: ErrorCode.unknown_topic_or_partition,
+                       gone: ErrorCode.unknown_topic_or_partition,
+                       PartitionId("e", 0): ErrorCode.unknown_topic_or_partition}
+    assert first_states(request, {solo: made[solo]}, one_copy, live) == {}  # (a state already: moved as it is)

@@ -54,6 +54,20 @@ def controller(nodes: list[WalgateServer]) -> int:
     return max(won)[1]
 
 
+def killed_and_started_again(stack: ExitStack, etcd: EtcdCluster, tmp_path: Path, nodes: list[WalgateServer],
+                             dead: set[int], *args: str) -> None:
+    """Nodes ``dead`` (ids) of ``nodes`` killed -9 (each checked for a traceback), then started again on their data
+    dirs and Kafka ports with :data:`ARGS` and ``args``, in place in ``nodes``, stopped when ``stack`` closes."""
+    for n in sorted(dead):
+        nodes[n - 1].proc.kill()
+        nodes[n - 1].proc.wait(timeout=30)
+        no_traceback(nodes[n - 1])
+    for n in sorted(dead):
+        before = nodes[n - 1]
+        nodes[n - 1] = stack.enter_context(node(etcd, tmp_path / f"again{n}", n, *ARGS, *args,
+                                                data_dir=before.data_dir, kafka_port=before.kafka_port))
+
+
 def test_a_move_survives_the_kill_9_of_the_controller_and_of_its_adding_replica(etcd1: EtcdCluster,
                                                                                tmp_path: Path) -> None:
     history: list[Op] = []
@@ -75,15 +89,7 @@ def test_a_move_survives_the_kill_9_of_the_controller_and_of_its_adding_replica(
             stack.callback(lambda: nodes[2].proc.poll() is None and os.kill(nodes[2].proc.pid, signal.SIGCONT))
             assert move(nodes[1].kafka_port, [3, 1, 2]) == ErrorCode.none
             eventually("the move listed", lambda: states(nodes[0].kafka_port) == {0: ([3, 1, 2], [3], [])})
-            dead = sorted({3, controller(nodes)})
-            for n in dead:
-                nodes[n - 1].proc.kill()
-                nodes[n - 1].proc.wait(timeout=30)
-                no_traceback(nodes[n - 1])
-            for n in dead:
-                before = nodes[n - 1]
-                nodes[n - 1] = stack.enter_context(node(etcd1, tmp_path / f"again{n}", n, *ARGS,
-                                                        data_dir=before.data_dir, kafka_port=before.kafka_port))
+            killed_and_started_again(stack, etcd1, tmp_path, nodes, {3, controller(nodes)})
             eventually("the move completed", lambda: described(nodes[0], TOPIC)[0][1:] == ([3, 1, 2], [1, 2, 3])
                        and states(nodes[1].kafka_port) == {})
             acked = writer.acked()

@@ -139,3 +139,33 @@ def test_any_place_record_applies_as_a_valid_placement_or_is_refused(tmp_path: P
         assert moves_valid(replicas, *db.moves.get(vgroup, ((), ()))), "a move of its replicas"
     path.write_bytes(path.read_bytes() + lines.encode(record))
     assert _cluster_catalog(path).databases["kafka_t"] == db
+
+
+def test_a_one_copy_vgroup_once_moved_stays_replicated(tmp_path: Path) -> None:
+    """Issue 26: a vgroup of a database of one copy has no partition state (``one_copy_vnodes``, with replication)
+    until a move places it anew; from then on it is replicated (``replicated_vnodes``), even once moved back where
+    it was made, across a restart and a snapshot, so its state lives on; the other vgroup stays one copy."""
+    path = tmp_path / "catalog.log"
+    catalog = _cluster_catalog(path)
+    catalog.replication = True
+    db_id = new_db_id()
+    assert catalog.apply_shared(catalog.shared_seq + 1, {
+        "op": "create_kafka_topic", "name": "s", "db": "kafka_s", "db_id": db_id, "topic_id": str(uuid.uuid4()),
+        "options": {**DB_DEFAULTS, "VGROUPS": 2}, "configs": {}, "created_ms": 0, "nodes": [1, 2],
+        "replicas": [[1], [2]]})
+    assert catalog.controller_vnodes().vnodes == {}
+    assert catalog.controller_vnodes().one_copy == {PartitionId(db_id, 0): ReplicatedVnode((1,), 1),
+                                                    PartitionId(db_id, 1): ReplicatedVnode((2,), 1)}
+    assert catalog.apply_shared(catalog.shared_seq + 1, place_vgroup_record(db_id, 0, [3, 1], [3], [1]))
+    assert catalog.apply_shared(catalog.shared_seq + 1, place_vgroup_record(db_id, 0, [3]))
+    assert catalog.apply_shared(catalog.shared_seq + 1, place_vgroup_record(db_id, 0, [1]))  # back where it was made
+    for c in (catalog, _cluster_catalog(path)):
+        db = c.databases["kafka_s"]
+        assert (db.replicated(0), db.replicated(1), db.replication_factor) == (True, False, 1)
+        assert c.replicated_vnodes() == {PartitionId(db_id, 0): ReplicatedVnode((1,), 1)}
+    assert catalog.controller_vnodes().one_copy == {PartitionId(db_id, 1): ReplicatedVnode((2,), 1)}
+    catalog.replication = False  # (without replication.enable no move of one copy is made)
+    assert catalog.controller_vnodes().one_copy == {}
+    other = _cluster_catalog(tmp_path / "other.log")
+    other.restore_shared(catalog.shared_seq, catalog.shared_records())
+    assert other.databases["kafka_s"].replicated(0) and not other.databases["kafka_s"].replicated(1)

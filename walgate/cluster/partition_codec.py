@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Collection, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from walgate.cluster.model import ControlPlaneError, Keys
@@ -159,10 +159,13 @@ class CatalogVnodes:
     replicated vnodes (each gets a state when it has none), and ``unjudged``, the ids of the cluster's databases this
     catalog passes over (a database of the node's own holds the name: "A single node's data dir into a cluster"),
     whose states it neither makes nor deletes (:func:`unwanted_states`): it cannot tell them from a dropped
-    database's, and another controller, or this one once it holds them, judges them."""
+    database's, and another controller, or this one once it holds them, judges them; ``one_copy``, the vgroups of one
+    copy with no state (a cluster with ``replication.enable``), from which a replica move makes the first state of
+    the vgroup it moves (issue 26: :func:`walgate.cluster.reassignments.decide`)."""
 
     vnodes: Mapping[PartitionId, ReplicatedVnode]
     unjudged: frozenset[str] = frozenset()
+    one_copy: Mapping[PartitionId, ReplicatedVnode] = field(default_factory=dict)
 
 
 def unwanted_states(catalog: CatalogVnodes, present: Collection[PartitionId]) -> list[PartitionId]:

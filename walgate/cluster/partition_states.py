@@ -42,6 +42,7 @@ from walgate.cluster.partition_codec import (
     CatalogVnodes,
     PartitionId,
     PartitionStateDamaged,
+    ReplicatedVnode,
     batches,
     decode_state,
     encode_state,
@@ -54,7 +55,7 @@ from walgate.cluster.partition_codec import (
     unwanted_states,
 )
 from walgate.cluster.placement import place_vgroup_record
-from walgate.cluster.reassignments import ReassignmentRequest
+from walgate.cluster.reassignments import ReassignmentRequest, first_states
 from walgate.cluster.registry import broker_epoch
 from walgate.replication.elections import ElectionType, elect_leader, imbalanced
 from walgate.replication.partition import NO_LEADER, AlterIsr, IsrMember, PartitionState, alter_partition
@@ -402,17 +403,19 @@ class Reconciler:
                 refused += len(batch)
                 continue
             self._seq = (snapshot.revision, appended)
-            self._wrote(snapshot, changes, batch)
+            self._wrote(snapshot.states, changes, batch)
         return refused
 
-    def _placements(self, snapshot: Snapshot, writes: Mapping[PartitionId, PartitionState], batch: list[PartitionId]
-                    ) -> tuple[list[Any], int]:
+    def _placements(self, snapshot: Snapshot, writes: Mapping[PartitionId, PartitionState], batch: list[PartitionId],
+                    before: Mapping[PartitionId, PartitionState] | None = None) -> tuple[list[Any], int]:
         """The catalog records a transaction writing ``batch`` of ``writes`` appends (the class docstring): [the
         compare of ``catalog/seq``, its put, a ``place_vgroup`` record per state whose replicas, or move's adding or
-        removing replicas, change], and the sequence number they reach; ([], the current one) when none change."""
+        removing replicas, change from ``before``'s (default: the snapshot's)], and the sequence number they reach;
+        ([], the current one) when none change."""
         keys = self.states.keys
         seq = self._seq[1] if self._seq[0] == snapshot.revision else snapshot.catalog_seq
-        moved = [pid for pid in batch if _placed(writes[pid]) != _placed(snapshot.states[pid])]
+        old = snapshot.states if before is None else before
+        moved = [pid for pid in batch if _placed(writes[pid]) != _placed(old[pid])]
         if not moved:
             return [], seq
         epoch = self.election.epoch or 0
@@ -422,12 +425,12 @@ class Reconciler:
             for i, pid in enumerate(moved)]
         return [compare, tx.Put(keys.seq, str(seq + len(moved)).encode()), *records], seq + len(moved)
 
-    def _wrote(self, snapshot: Snapshot, changes: Mapping[PartitionId, PartitionState], batch: list[PartitionId]
-               ) -> None:
-        """Count and log the states of ``batch`` written."""
+    def _wrote(self, before: Mapping[PartitionId, PartitionState], changes: Mapping[PartitionId, PartitionState],
+               batch: list[PartitionId]) -> None:
+        """Count and log the states of ``batch`` written (``before``: each one's state before)."""
         self.written += len(batch)
         for pid in batch:
-            old, new = snapshot.states[pid], changes[pid]
+            old, new = before[pid], changes[pid]
             if new.replicas != old.replicas or new.moving != old.moving:
                 done = old.moving and not new.moving and new.replicas == old.target
                 self.moves_completed += done
@@ -439,12 +442,17 @@ class Reconciler:
                          old.leader, new.leader, new.leader_epoch)
                 self.unclean_elections += new.leader != NO_LEADER and new.leader not in {*old.isr_ids, *old.elr}
 
-    async def serve_elections(self, snapshot: Snapshot) -> tuple[int, set[PartitionId]]:
+    async def serve_elections(self, snapshot: Snapshot, one_copy: Mapping[PartitionId, ReplicatedVnode] | None
+                              ) -> tuple[int, set[PartitionId]]:
         """Make the elections asked (:mod:`walgate.cluster.elections`) on ``snapshot``, one request after the other:
         its elected states written, the request deleted and its outcome put (on the asking node's lease) in one
         fenced transaction that also compares each key's ``mod_revision`` and that no registration changed since
         the read (more than :data:`~walgate.cluster.partition_codec.MAX_STATES_PER_TXN` elections: several, the
         outcome with the last; those written before a refusal are answered NONE when the request is served again).
+        A move of a vgroup of ``one_copy`` (the catalog's vgroups of one copy with no state) starts from the state
+        :func:`~walgate.cluster.reassignments.first_states` makes, and its moved state is created, its key compared
+        absent (issue 26); without ``one_copy`` (None: this node's catalog did not answer in time) a request moving
+        a partition with no state waits for a pass whose catalog answered (counted refused).
         A request naming a partition an earlier one of this pass changed waits for the next pass. Returns (the
         requests refused or deferred, the partitions written)."""
         keys = self.states.keys
@@ -454,6 +462,7 @@ class Reconciler:
         self._elected = {r: done for r, done in self._elected.items() if r in pending}  # (withdrawn ones forgotten)
         refused = 0
         touched: set[PartitionId] = set()
+        before: dict[PartitionId, PartitionState] = dict(snapshot.states)  # (and the first states of one-copy moves)
         for request_id, value, lease in snapshot.requests:
             request: ElectionRequest | ReassignmentRequest | None = None
             writes: dict[PartitionId, PartitionState] = {}
@@ -463,27 +472,33 @@ class Reconciler:
             except ElectionRequestDamaged as e:  # answered with no result: the node asked reports its error
                 log.error("controller: %s", e)
             else:
-                if touched & set(request.partitions):
+                if touched & set(request.partitions) or (
+                        one_copy is None and isinstance(request, ReassignmentRequest)
+                        and any(target is not None and pid not in before for pid, target in request.moves)):
                     refused += 1
                     continue
-                writes, answers = decide(request, snapshot.states, snapshot.live)
+                if isinstance(request, ReassignmentRequest) and one_copy:
+                    made = first_states(request, snapshot.states, one_copy, snapshot.live)
+                    before.update((pid, state) for pid, state in made.items() if pid not in before)
+                writes, answers = decide(request, before, snapshot.live)
             done = self._elected.setdefault(request_id, {})
             answers.update(done)
             key = keys.election(request_id)
             order = list(batches(writes, MAX_STATES_PER_TXN - 2)) or [[]]  # (room for the request's own two keys)
             for i, batch in enumerate(order):
                 last = [tx.Delete(key), tx.Put(keys.election_outcome(request_id), encode_outcome(answers), lease=lease)]
-                placed, appended = self._placements(snapshot, writes, batch)
+                placed, appended = self._placements(snapshot, writes, batch, before)
                 ok, _ = await self.election.fenced_txn(
                     [registrations_unchanged, tx.Version(key) > 0, *placed[:1],
-                     *(tx.Mod(partition_key(keys, pid)) == snapshot.states[pid].partition_epoch for pid in batch)],
+                     *(tx.Mod(partition_key(keys, pid)) == snapshot.states[pid].partition_epoch
+                       if pid in snapshot.states else tx.Version(partition_key(keys, pid)) == 0 for pid in batch)],
                     [*(tx.Put(partition_key(keys, pid), encode_state(writes[pid])) for pid in batch),
                      *(last if i == len(order) - 1 else []), *placed[1:]])
                 if not ok:
                     refused += 1
                     break
                 self._seq = (snapshot.revision, appended)
-                self._wrote(snapshot, writes, batch)
+                self._wrote(before, writes, batch)
                 touched.update(batch)
                 done.update((pid, ErrorCode.none) for pid in batch)
             else:
@@ -566,12 +581,13 @@ class Reconciler:
         changes = reconcile_all(snapshot.states, snapshot.live)
         refused = await self.write(snapshot, changes)
         touched = set(changes)
+        wanted = await self._wanted(snapshot.catalog_seq)  # (after the reconciliation written: failover never waits)
         if not changes:  # (asked elections and the rebalance start from states the reconciliation leaves as they are)
-            served, touched = await self.serve_elections(snapshot)
+            one_copy = {} if self.catalog is None else None if wanted is None else wanted.one_copy
+            served, touched = await self.serve_elections(snapshot, one_copy)
             refused += served
             if not snapshot.requests:
                 refused += await self.rebalance(snapshot, touched)
-        wanted = await self._wanted(snapshot.catalog_seq)
         if wanted is not None:  # (a state just elected is refused its delete, as it changed: the next pass deletes it)
             refused += await self.delete(snapshot, unwanted_states(wanted, snapshot.present))
             creations, unbuildable = missing_states(wanted.vnodes, snapshot.present, snapshot.live,

@@ -119,6 +119,18 @@ def unserved(replicas: int, replication: bool) -> str | None:
             "another's partitions yet); use 1")
 
 
+def one_copy_unmovable(what: str, single_node: bool, replication: bool) -> str | None:
+    """Why ``what`` (a partition or vgroup of one copy, named for the message) cannot be moved here, or None: never
+    on a single node (no other node to move it to); in a cluster only with ``replication`` (``replication.enable``:
+    its move makes it a partition state and the adding node copies it as a follower, issue 26)."""
+    if single_node:
+        return f"{what} has one copy and this is a single node: there is no other node to move it to"
+    if not replication:
+        return (f"{what} has one copy: moving it needs replication.enable=true on every node (its new node copies it "
+                "as a replica, docs/cluster.md \"Moving replicas\")")
+    return None
+
+
 def assigned(assignments: Sequence[tuple[int, Sequence[int]]], live: Collection[int],
              first: int = 0, replicas: int | None = None) -> tuple[Replicas, ...]:
     """The replica list of each partition of a manual assignment: ``(partition index, replica broker ids)`` pairs

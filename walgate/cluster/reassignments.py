@@ -10,6 +10,18 @@ Value (JSON): ``{"reassign": [[db id, vgroup, [replica, ...] or null], ...]}``: 
 Each partition is decided on the states and registrations the controller read at one revision (:func:`decide`,
 :mod:`walgate.replication.reassignment`); the controller's later passes complete each move once its target replicas
 are in sync (:func:`walgate.replication.partition.settle`).
+
+**A vgroup of one copy** (issue 26) has no partition state until its first move: the move starts from the state
+:func:`first_states` makes from the catalog (its one replica leading in leader epoch 0, the only ISR member, as
+``partition.initial_state`` makes any state), and the controller creates the moved state (the key compared absent)
+with the ``place_vgroup`` record that places the vgroup on the move's replicas, in one transaction. The state then
+lives on after the move completed (the catalog marks the vgroup replicated from that record on:
+``DatabaseDef.replicated``): its leader epochs only grow, as every replicated vgroup's, where a state dropped after
+the move and made again by a later one would start at epoch 0 below the epochs its copies' leader-epoch caches
+hold; and the vgroup is served as a replicated one (acks=all, the high watermark, elections) by every node, so no
+node ever serves it both ways at once. A kill -9 of the controller or a node mid-move is what it is for any
+replicated vgroup's move: the state and the record are one transaction, the next controller completes or the
+operator cancels the move (the vgroup then keeps its state, on its one original replica).
 """
 
 from __future__ import annotations
@@ -20,12 +32,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from walgate.cluster.partition_codec import PartitionId
-from walgate.replication.partition import PartitionState
+from walgate.cluster.partition_codec import PartitionId, ReplicatedVnode
+from walgate.replication.partition import PartitionState, initial_state
 from walgate.replication.reassignment import Refusal, cancel, reassign
 from walgate.wire.errors import ErrorCode
 
-__all__ = ["ReassignmentRequest", "encode_reassignment", "decode_reassignment", "decide"]
+__all__ = ["ReassignmentRequest", "encode_reassignment", "decode_reassignment", "decide", "first_states"]
 
 log = logging.getLogger("walgate.cluster")
 
@@ -60,6 +72,23 @@ def decode_reassignment(d: Mapping[str, Any]) -> ReassignmentRequest:
             raise TypeError(f"{target!r} is not a list of replicas or null")
         moves.append((PartitionId(db_id, vgroup), None if target is None else tuple(target)))
     return ReassignmentRequest(tuple(moves))
+
+
+def first_states(request: ReassignmentRequest, states: Mapping[PartitionId, PartitionState],
+                 one_copy: Mapping[PartitionId, ReplicatedVnode], live: Mapping[int, int]
+                 ) -> dict[PartitionId, PartitionState]:
+    """The states the moves ``request`` asks of vgroups of one copy start from (the module docstring): for each
+    partition it moves (a cancellation moves nothing) that has no state in ``states`` and is in ``one_copy`` (the
+    catalog's vgroups of one copy with no state), ``partition.initial_state`` of its one replica when that replica is
+    registered in ``live`` (else none: nothing registered holds its data to copy, and the move is answered as a
+    partition with no state)."""
+    made: dict[PartitionId, PartitionState] = {}
+    for pid, target in request.moves:
+        vnode = one_copy.get(pid)
+        if target is None or pid in states or vnode is None or not set(vnode.replicas) <= live.keys():
+            continue
+        made[pid] = initial_state(vnode.replicas, live, vnode.min_isr, vnode.unclean_election)
+    return made
 
 
 def decide(request: ReassignmentRequest, states: Mapping[PartitionId, PartitionState], live: Mapping[int, int]

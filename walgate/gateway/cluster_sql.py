@@ -18,7 +18,8 @@ The answer is the count of vgroups moved (affected rows). Refused, nothing asked
 codes and messages where they exist: a single node (not a cluster); a database or vgroup that does not exist
 (``Vgroup does not exist``, 0x0332); a node not registered (``Dnode does not exist``, 0x0331); a node count other
 than the replicas (``Invalid vgroup replica``, 0x03B7); no node left to take a replica (``Out of dnodes``,
-0x0334); a vgroup of one copy (its data cannot move yet). A move may add a replica on a node that does not hold the
+0x0334); a vgroup of one copy in a cluster without ``replication.enable`` (with it, its move makes its first
+partition state, issue 26: :mod:`walgate.cluster.reassignments`). A move may add a replica on a node that does not hold the
 vgroup: it opens the vnode empty and catches up (docs/cluster.md "Moving replicas"). The controller's own refusals
 (a node not registered at its revision, fewer replicas than ``min.insync.replicas``) come back as ``Invalid vgroup
 replica``, a vgroup whose partition state it has not made as ``Vgroup does not exist``; no answer in time (no
@@ -33,6 +34,7 @@ from dataclasses import dataclass
 
 from walgate.cluster.elections import ElectionRequest
 from walgate.cluster.partition_codec import PartitionId
+from walgate.cluster.placement import one_copy_unmovable
 from walgate.cluster.reassignments import ReassignmentRequest
 from walgate.gateway.cluster_member import ClusterMember
 from walgate.gateway.console.cluster_page import placed_vgroups
@@ -86,11 +88,12 @@ def vgroups(engine: Engine, replicas: ReplicaManager | None) -> Vgroups:
     """The catalog's vgroups (:class:`Vgroups`, from :func:`~walgate.gateway.console.cluster_page.placed_vgroups`),
     with the partition states ``replicas`` read. Storage lane."""
     out = Vgroups({}, {})
+    replication = engine.catalog.replication  # (a vgroup of one copy moves only with it: issue 26)
     for p in placed_vgroups(engine):
         pid = PartitionId(p.db_id, p.vgroup)
-        state = None if replicas is None or len(p.replicas) == 1 else replicas.state_of(p.db_id, p.vgroup)
+        state = None if replicas is None else replicas.state_of(p.db_id, p.vgroup)
         now = p.replicas if state is None else tuple(r for r in state.replicas if r not in state.removing)
-        out.holdings[pid] = Holding(now, movable=len(p.replicas) > 1)
+        out.holdings[pid] = Holding(now, movable=len(p.replicas) > 1 or replication)
         out.names[pid] = f"{p.topic or p.database}/{p.vgroup}"
     return out
 
@@ -143,8 +146,7 @@ def _redistributed(known: Vgroups, pid: PartitionId, dnodes: tuple[int, ...],
         raise MoveRefused(INVALID_REPLICA, f"Invalid vgroup replica: vgroup {name} has {len(holding.replicas)} "
                                            f"replica(s): name as many distinct dnodes (given {list(dnodes)})")
     if not holding.movable:
-        raise Unsupported(f"vgroup {name} has one copy: moving it is not supported yet (docs/cluster.md, "
-                          "\"Moving replicas\")")
+        raise Unsupported(one_copy_unmovable(f"vgroup {name}", False, False) or "")
     return dnodes
 
 
@@ -166,7 +168,7 @@ async def _elect_preferred(member: ClusterMember, known: Vgroups) -> Result:
     """``BALANCE VGROUP LEADER``: a preferred election of every replicated vgroup, as far as it goes (those whose
     preferred replica leads already, is not in sync, or has no partition state yet are passed over); the count of
     those elected."""
-    partitions = tuple(k for k, h in known.holdings.items() if h.movable)
+    partitions = tuple(k for k, h in known.holdings.items() if len(h.replicas) > 1)
     if not partitions:
         return affected(0)
     answers = await _ask(member, ElectionRequest(ElectionType.PREFERRED, partitions), "elections", known,

@@ -584,7 +584,7 @@ async def _merge_select(request: web.Request, shared: SharedCatalog, authorizer:
     read: Collection[int] = range(dbdef.vgroups)  # the vgroups the statement reads
     # replicated: a vgroup with no leader now fails the statement (without the replica manager its rows would be left
     # out: no node leads it); one copy: each vgroup is read where it is placed, nothing to check (no lane call)
-    if replicas is not None and dbdef.replication_factor > 1:
+    if replicas is not None and dbdef.any_replicated:
         state_of = functools.partial(replicas.state_of, dbdef.id)
         alone = None  # a table read alone: its vgroup's leader is all it needs (rv4 R6)
         if select is not None and not await storage.call(_is_stable, engine, dbdef.name, select.source.name):

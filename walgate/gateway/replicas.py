@@ -282,15 +282,16 @@ class ReplicaManager:
         partition state's, as read here) first, so that :meth:`DatabaseDef.node_of
         <walgate.storage.catalog.DatabaseDef.node_of>` names it; a vgroup with no state or no leader as placed. Any
         lane (a read of what the event loop last learned)."""
-        if db.replicas is None or db.replication_factor == 1:
+        if not db.any_replicated:
             return db
         placed = []
         for vgroup in range(db.vgroups):
             replicas = db.replicas_of(vgroup, self.node_id)
-            state = self.state_of(db.id, vgroup)
+            state = self.state_of(db.id, vgroup) if db.replicated(vgroup) else None
             leader = NO_LEADER if state is None else state.leader
             placed.append(replicas if leader not in replicas else (leader, *(r for r in replicas if r != leader)))
-        return dataclasses.replace(db, replicas=tuple(placed), placed_anew={})
+        # (placed_anew keeps its vgroups, as led now: a database of one copy's moved ones stay replicated)
+        return dataclasses.replace(db, replicas=tuple(placed), placed_anew={v: placed[v] for v in db.placed_anew})
 
     def fetched(self, db_id: str, vgroup: int) -> None:
         led = self.led.get(PartitionId(db_id, vgroup))

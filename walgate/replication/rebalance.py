@@ -5,7 +5,8 @@ TDengine's ``DROP DNODE`` / ``BALANCE VGROUP`` and Kafka's ``kafka-reassign-part
 controller (KIP-455: :mod:`walgate.cluster.reassignments`), which writes and completes each as any other move.
 
 The input is every vgroup's :class:`Holding` (its replicas, the preferred leader first, and whether its data can
-move: a vgroup of one copy has no partition state, so no move can copy it) and the live nodes with their
+move: a vgroup of one copy only in a cluster with ``replication.enable``, where its move makes its first partition
+state) and the live nodes with their
 ``broker.rack`` (None: none set). The output is the target replicas of each vgroup that moves; vgroups left out keep
 theirs. Both planners are deterministic: the same input gives the same plan (ties are broken by the smallest node
 id, vgroups taken in the order of their keys' ``repr``).
@@ -43,7 +44,7 @@ K = TypeVar("K", bound=Hashable)
 @dataclass(frozen=True)
 class Holding:
     """One vgroup's replicas now (distinct node ids, the preferred leader first; during a move, its target) and
-    whether they can move (False: one copy, no partition state to move it by)."""
+    whether they can move (False: one copy in a cluster without ``replication.enable``, issue 26)."""
 
     replicas: tuple[int, ...]
     movable: bool = True
@@ -75,7 +76,8 @@ def decommission(node: int, vgroups: Mapping[K, Holding], live: Mapping[int, str
         label = str(key) if name is None else name[key]
         if not holding.movable:
             raise LastCopy(f"vgroup {label} has one copy, on node {node}: its data cannot move, so decommissioning "
-                              f"node {node} would lose it (drop it, or make it REPLICA 3, first)")
+                              f"node {node} would lose it (drop it, or make it REPLICA 3, or run every node with "
+                              "replication.enable=true, first)")
         rest = tuple(r for r in holding.replicas if r != node)
         candidates = [n for n in live if n != node and n not in holding.replicas]
         if not candidates:

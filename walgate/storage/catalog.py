@@ -163,7 +163,9 @@ class DatabaseDef:
     # copy (a single node's database, or one made before placement was recorded)
     replicas: tuple[Replicas, ...] | None = None
     # the vgroups a replica move placed anew (``place_vgroup`` records, issue 26): vgroup -> the node ids holding it
-    # now, in place of its entry of ``replicas``, which keeps the placement the database was made or grown with
+    # now, in place of its entry of ``replicas``, which keeps the placement the database was made or grown with (a
+    # database of one copy keeps the entry of a vgroup moved back where it was made: it marks the vgroup replicated,
+    # :meth:`replicated`)
     placed_anew: Mapping[int, Replicas] = field(default_factory=dict)
     # the vgroups being moved (the latest ``place_vgroup`` record of each named a move, KIP-455): vgroup -> (the
     # replicas the move adds, those it removes), both among the vgroup's replicas now (:meth:`replicas_of`)
@@ -183,6 +185,18 @@ class DatabaseDef:
         """The replicas of each vgroup as the database was made (1 without placement); a move may since have placed
         a vgroup on another count (:meth:`replicas_of`)."""
         return 1 if not self.replicas else len(self.replicas[0])
+
+    def replicated(self, vgroup: int) -> bool:
+        """Whether ``vgroup`` has a partition state (issue 25: its leader, leader epoch and ISR are the state's, its
+        WAL commits in groups): every vgroup of a placed database made with more than one replica, and a vgroup of a
+        database of one copy once a replica move placed it anew (issue 26: its move made it a state, which lives on
+        after the move completed, so that its leader epochs never go back: docs/cluster.md "Moving replicas")."""
+        return self.replicas is not None and (self.replication_factor > 1 or vgroup in self.placed_anew)
+
+    @property
+    def any_replicated(self) -> bool:
+        """Whether some vgroup of the database is :meth:`replicated`."""
+        return self.replicas is not None and (self.replication_factor > 1 or bool(self.placed_anew))
 
     def node_of(self, vgroup: int, local: int) -> int:
         """The node id holding ``vgroup`` (its first replica); ``local``: this data dir's node id."""
@@ -898,7 +912,9 @@ class Catalog:
 
     def _place_anew(self, r: dict[str, Any]) -> None:
         """Apply a ``place_vgroup`` record: its vgroup of a placed database is held by its ``replicas`` from now on
-        (distinct node ids, at least the database's ``MIN_INSYNC``); the database's own placement when they are it.
+        (distinct node ids, at least the database's ``MIN_INSYNC``); the database's own placement when they are it,
+        unless the database has one copy (the vgroup, which has a partition state since its first move, stays
+        :meth:`DatabaseDef.replicated`).
         Its ``adding`` and ``removing`` (optional, both lists: a move in progress) must be a move of those replicas
         (``partition.moves_valid``); a record without them ends the vgroup's move."""
         db_id, vgroup, raw = r.get("db_id"), _get(r, "vgroup", int), _get(r, "replicas", list)
@@ -913,7 +929,7 @@ class Catalog:
                 _node_id(n) for n in adding + removing) or not moves_valid(tuple(raw), tuple(adding), tuple(removing)):
             raise _Invalid(f"'adding' {adding!r} and 'removing' {removing!r}: not a move of replicas {raw!r}")
         placed = {**db.placed_anew, vgroup: tuple(raw)}
-        if placed[vgroup] == db.replicas[vgroup]:
+        if placed[vgroup] == db.replicas[vgroup] and db.replication_factor > 1:  # (one copy: it stays replicated)
             del placed[vgroup]
         moves = {v: m for v, m in db.moves.items() if v != vgroup}
         if adding or removing:
@@ -922,8 +938,8 @@ class Catalog:
 
     def _stable_changed(self, db: str, r: dict[str, Any]) -> None:
         """Note the meta entry of ALTER/DROP STABLE record ``r`` of ``db`` in :attr:`stable_changes` when it is a
-        shared record (its ``seq``) of a replicated database."""
-        if "seq" in r and self.databases[db].replication_factor > 1:
+        shared record (its ``seq``) of a database with a replicated vgroup."""
+        if "seq" in r and self.databases[db].any_replicated:
             seq = _get(r, "seq", int)
             self.stable_changes = {**self.stable_changes,
                                    db: (*self.stable_changes.get(db, ()), (seq, stable_meta(r, seq)))}
@@ -973,7 +989,7 @@ class Catalog:
         return place(count, self.placeable(), held, replicas, led)
 
     def replicated_vnodes(self, min_isr_default: int = 1) -> dict[PartitionId, ReplicatedVnode]:
-        """Each vgroup of more than one replica, by ``(database id, vgroup)``, as the controller creates its
+        """Each :meth:`DatabaseDef.replicated` vgroup (of more than one replica, or of one copy moved once), by ``(database id, vgroup)``, as the controller creates its
         partition state (walgate.cluster.partition_states.Reconciler): its replicas, ``min.insync.replicas`` (an
         SQL database's ``MIN_INSYNC``; a Kafka-native topic's config, else the cluster-wide dynamic broker default
         (Kafka's ``min.insync.replicas`` broker config, which its controller reads; this node's own broker resource
@@ -986,7 +1002,7 @@ class Catalog:
         native = {t.db: {**defaults, **t.configs} for t in self.topics.values() if t.kind == "kafka"}
         out: dict[PartitionId, ReplicatedVnode] = {}
         for db in self.databases.values():
-            if db.replicas is None or db.replication_factor == 1:
+            if not db.any_replicated:
                 continue
             configs = native.get(db.name)
             if configs is None:
@@ -994,7 +1010,7 @@ class Catalog:
             else:
                 min_isr = min(int(configs.get("min.insync.replicas", "1")), db.replication_factor)
                 unclean = configs.get("unclean.leader.election.enable", "false").strip().lower() == "true"
-            for vgroup in range(db.vgroups):
+            for vgroup in (v for v in range(db.vgroups) if db.replicated(v)):
                 replicas = db.replicas_of(vgroup, self.node_id)
                 out[PartitionId(db.id, vgroup)] = ReplicatedVnode(replicas, min(min_isr, len(replicas)), unclean,
                                                                   *db.moves.get(vgroup, ((), ())))
@@ -1002,8 +1018,18 @@ class Catalog:
 
     def controller_vnodes(self, min_isr_default: int = 1) -> CatalogVnodes:
         """What the controller makes and deletes partition states from: :meth:`replicated_vnodes`, and the ids of
-        the cluster's databases :attr:`shadowed` here, whose states it leaves alone."""
-        return CatalogVnodes(self.replicated_vnodes(min_isr_default), frozenset(self.shadowed.values()))
+        the cluster's databases :attr:`shadowed` here, whose states it leaves alone; with :attr:`replication`, the
+        vgroups of one copy with no state (:meth:`one_copy_vnodes`), which a replica move gives one."""
+        return CatalogVnodes(self.replicated_vnodes(min_isr_default), frozenset(self.shadowed.values()),
+                             self.one_copy_vnodes() if self.replication else {})
+
+    def one_copy_vnodes(self) -> dict[PartitionId, ReplicatedVnode]:
+        """Each vgroup of a placed database of one copy that is not :meth:`DatabaseDef.replicated` (it has no
+        partition state), by ``(database id, vgroup)``: its one replica, ``min.insync.replicas`` 1, unclean election
+        off, as a replica move's first state is made from it (issue 26, ``partition.initial_state``)."""
+        return {PartitionId(db.id, v): ReplicatedVnode(db.replicas_of(v, self.node_id), 1)
+                for db in self.databases.values() if db.replicas is not None and db.replication_factor == 1
+                for v in range(db.vgroups) if not db.replicated(v)}
 
     def placeable(self) -> Mapping[int, str | None]:
         """The nodes (id -> ``broker.rack``) new vgroups may be placed on or manually assigned to: the live nodes in

@@ -48,10 +48,10 @@ def check_led(db: DatabaseDef, leader_of: Callable[[int], int | None], table: st
     no leader now (``leader_of(vgroup)``: its partition state's leader, :data:`~walgate.replication.partition.NO_LEADER`,
     or None without a state): every vgroup, or with ``table`` (a normal table or subtable the statement reads alone)
     that table's only, as TDengine sends such a query to its vgroup alone (rv4 R6)."""
-    if db.replication_factor == 1:
+    if not db.any_replicated:
         return
     for vgroup in range(db.vgroups) if table is None else (vnode_of(db.name, table, db.vgroups),):
-        if leader_of(vgroup) in (None, NO_LEADER):
+        if db.replicated(vgroup) and leader_of(vgroup) in (None, NO_LEADER):
             raise NoLeader(f"Sync leader is unreachable: vgroup {vgroup} of database {db.name} has no leader now "
                            "(its replicas are electing one); retry the statement")
 

@@ -103,6 +103,7 @@ class SqlObjects:
     def follow(self, record: dict[str, Any] | None) -> None:
         """After ``record`` (None: a snapshot) was applied: open what the catalog places here and this node does not
         serve yet (a new database's vnodes; a replica move's, empty, with their TDengine topics' offset indexes),
+        give the vnodes of vgroups of one copy a move made replicated their WAL settings (group commit),
         write the pending meta entries (module docstring) and recompile the TDengine topics over the supertables it
         changed. Idempotent: a call the disk refused (raised) is made again."""
         store, catalog = self.store, self.store.catalog
@@ -111,6 +112,9 @@ class SqlObjects:
             if db.name not in store.vnodes:
                 store.vnodes[db.name] = store.open_database(db)
                 continue
+            for vnode in store.vnodes[db.name]:  # a vgroup of one copy moved: replicated from now on (issue 26)
+                if db.replicated(vnode.index) and not vnode.db.replicated(vnode.index):
+                    vnode.reconfigure(db)
             for vnode in store.open_placed(db):  # a replica move's to this node (empty)
                 for topic in [t for t in catalog.topics.values() if t.db == db.name and t.name in store.topic_uuids]:
                     self.views.open_partition(topic, vnode)
@@ -182,9 +186,9 @@ class SqlObjects:
         of a replicated database those it leads now (module docstring)."""
         vnodes = self.store.vnodes.get(db_name, [])
         db = self.store.catalog.databases.get(db_name)
-        if db is None or db.replication_factor == 1:
+        if db is None or not db.any_replicated:
             return vnodes
-        return [v for v in vnodes if v.wal.leading]
+        return [v for v in vnodes if not db.replicated(v.index) or v.wal.leading]
 
     def _recompile(self, db: str) -> None:
         """Recompile ``db``'s TDengine topics after a supertable changed (every node asked checks that they still

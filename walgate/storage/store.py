@@ -137,7 +137,7 @@ class Store:
         if self._published.generation != self.catalog.generation:
             catalog = self.catalog
             self._published = TopicsSnapshot(catalog.generation, catalog.topics, catalog.databases,
-                                             frozenset(self.vnodes), catalog.resource_configs)
+                                             frozenset(self.vnodes), catalog.resource_configs, catalog.replication)
 
     def topics(self) -> TopicsSnapshot:
         """The topics as last published (any lane); with no separate coordinator lane, the current ones."""
@@ -247,7 +247,7 @@ class Store:
         vnode = self.local_vnode(db, index)
         dbdef = self.catalog.database(db)
         wal = vnode.wal
-        if dbdef.replication_factor > 1 and not wal.leading:
+        if dbdef.replicated(index) and not wal.leading:
             raise NotLedNow(f"vgroup {index} of database {db} is not led by this node ({self.catalog.node_id}) now: "
                             "send it to its leader (docs/cluster.md)", dbdef.node_of(index, self.catalog.node_id), db,
                             dbdef.id, index)
@@ -256,7 +256,7 @@ class Store:
             raise NotEnoughReplicas(f"Sync timeout: vgroup {index} of database {db}: {refused}; nothing was written, "
                                     "retry it")
         node = dbdef.node_of(index, self.catalog.node_id)
-        if dbdef.replication_factor == 1 and node != self.catalog.node_id:
+        if not dbdef.replicated(index) and node != self.catalog.node_id:
             raise NotHere(f"vgroup {index} of database {db} is written on node {node}, not on this node "
                           f"({self.catalog.node_id}): send it there (docs/cluster.md)", node)
         return vnode
@@ -285,20 +285,19 @@ class Store:
         local = self.catalog.node_id
         opened = self._opened(db.name)
         if vgroups is None:
-            if db.replication_factor > 1:
-                return [v for v in opened if v.wal.leading]
-            return [v for v in opened if db.node_of(v.index, local) == local]
+            return [v for v in opened if (v.wal.leading if db.replicated(v.index)
+                                          else db.node_of(v.index, local) == local)]
         by_index = {v.index: v for v in opened}
         served = []
         for index in sorted(vgroups):
             if not 0 <= index < db.vgroups:
                 raise InvalidValue(f"database {db.name} has no vgroup {index} (it has {db.vgroups})")
             vnode = by_index.get(index)
-            if db.replication_factor > 1 and (vnode is None or not vnode.wal.leading):
+            if db.replicated(index) and (vnode is None or not vnode.wal.leading):
                 raise NotLedNow(f"Sync leader is unreachable: vgroup {index} of database {db.name} is not led by "
                                 f"this node ({local}) now (its leadership is moving): retry the query",
                                 db.node_of(index, local), db.name, db.id, index)
-            if vnode is None or (db.replication_factor == 1 and db.node_of(index, local) != local):
+            if vnode is None or (not db.replicated(index) and db.node_of(index, local) != local):
                 node = db.node_of(index, local)
                 raise NotHere(f"vgroup {index} of database {db.name} is on node {node}, not on this node ({local})",
                               node)

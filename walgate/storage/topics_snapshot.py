@@ -31,13 +31,16 @@ __all__ = ["TopicsSnapshot", "EMPTY"]
 class TopicsSnapshot:
     """Topics, their partition counts, kinds and Kafka topic ids at one catalog ``generation``."""
 
-    __slots__ = ("generation", "_topics", "_databases", "_served", "_configs", "_by_id", "_replicated", "_native")
+    __slots__ = ("generation", "replication", "_topics", "_databases", "_served", "_configs", "_by_id", "_replicated", "_native")
 
     def __init__(self, generation: int, topics: Mapping[str, TopicDef], databases: Mapping[str, DatabaseDef],
-                 served: frozenset[str], configs: Mapping[tuple[str, str], Mapping[str, str]]) -> None:
+                 served: frozenset[str], configs: Mapping[tuple[str, str], Mapping[str, str]],
+                 replication: bool = False) -> None:
         """``served``: the databases whose vnodes are open (a database out of service has no partitions);
-        ``configs``: the catalog's dynamic resource configs (its values are replaced, never changed in place)."""
+        ``configs``: the catalog's dynamic resource configs (its values are replaced, never changed in place);
+        ``replication``: the catalog's (``replication.enable``: vgroups of one copy may be moved, issue 26)."""
         self.generation = generation
+        self.replication = replication
         self._topics = dict(topics)
         self._databases = dict(databases)
         self._served = served
@@ -98,26 +101,26 @@ class TopicsSnapshot:
         return db.replicas_of(partition, 0)
 
     def replicated_vgroup(self, topic: str, partition: int) -> tuple[str, int] | None:
-        """(database id, vgroup) of ``topic``'s partition ``partition`` when its database keeps more than one replica
-        of each vgroup (its leader, leader epoch and ISR are then its partition state's, issue 25), else None."""
+        """(database id, vgroup) of ``topic``'s partition ``partition`` when its vgroup is replicated
+        (``DatabaseDef.replicated``: its leader, leader epoch and ISR are its partition state's, issue 25), else None."""
         return self.vgroup_of(topic, partition, replicated=True)
 
     def vgroup_of(self, topic: str, partition: int, *, replicated: bool = False) -> tuple[str, int] | None:
-        """(database id, vgroup) of ``topic``'s partition ``partition`` (``replicated``: only when its database keeps
-        more than one replica of each vgroup), None for a topic or partition not known."""
+        """(database id, vgroup) of ``topic``'s partition ``partition`` (``replicated``: only when that vgroup is
+        ``DatabaseDef.replicated``), None for a topic or partition not known."""
         t = self._topics.get(topic)
         db = None if t is None else self._databases.get(t.db)
-        if db is None or (replicated and db.replication_factor == 1) or not 0 <= partition < db.vgroups:
+        if db is None or not 0 <= partition < db.vgroups or (replicated and not db.replicated(partition)):
             return None
         return db.id, partition
 
     @property
     def any_replicated(self) -> bool:
-        """Whether some database keeps more than one replica of its vgroups (else :meth:`replicated_vgroup` is None
-        for every partition); looked at once per snapshot, on first use."""
+        """Whether some database has a replicated vgroup (else :meth:`replicated_vgroup` is None for every
+        partition); looked at once per snapshot, on first use."""
         replicated = self._replicated
         if replicated is None:  # two threads may both look: the same value, one kept
-            replicated = self._replicated = any(db.replication_factor > 1 for db in self._databases.values())
+            replicated = self._replicated = any(db.any_replicated for db in self._databases.values())
         return replicated
 
     def is_native(self, topic: str) -> bool:

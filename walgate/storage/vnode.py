@@ -121,13 +121,14 @@ def prepare(directory: Path) -> None:
     write_new(directory, SINGLE_NODE_EPOCHS, syncs=SyncLatency())
 
 
-def wal_options(db: DatabaseDef) -> WalOptions:
-    """The WAL options of ``db``'s vnodes. A replicated database's (issue 25) commit in groups whatever its
+def wal_options(db: DatabaseDef, index: int) -> WalOptions:
+    """The WAL options of ``db``'s vnode ``index``. A replicated vgroup's (issue 25; ``DatabaseDef.replicated``)
+    commit in groups whatever its
     WAL_LEVEL and WAL_FSYNC_PERIOD (level 2, period 0: each append synced at once, with the appends beside it): its
     high watermark counts only what every in-sync replica holds durably, so a periodic fsync would hold every
     acknowledged write (acks=all, SQL) until the leader's and the followers' next one (~3 s at the defaults)."""
     o = db.options
-    replicated = db.replication_factor > 1
+    replicated = db.replicated(index)
     return WalOptions(
         level=2 if replicated else int(o["WAL_LEVEL"]),
         fsync_period_ms=0 if replicated else int(o["WAL_FSYNC_PERIOD"]),
@@ -168,7 +169,7 @@ class Vnode:
         self.epochs = LeaderEpochs.open(directory, wal.next_version, damage=damage, syncs=wal.syncs)
         # each writes open's cut of the epoch file, if any, before the WAL can grow (leader_epochs' module docstring);
         # the catalog knows a database's replicas before its vnodes open (its CREATE record places them)
-        if db.replication_factor > 1:
+        if db.replicated(index):
             self.epochs.lead_replicated()
         else:
             self.epochs.lead_single_node(new=wal.next_version == 0)
@@ -184,7 +185,7 @@ class Vnode:
         caller's (:func:`~walgate.storage.meta_store.check` of :attr:`store`, then :meth:`rebuild_store`). A WAL
         with no segment yet starts at ``first_version``."""
         directory.mkdir(parents=True, exist_ok=True)
-        wal = Wal.open(directory / "wal", wal_options(db), first_version=first_version, damage=damage,
+        wal = Wal.open(directory / "wal", wal_options(db, index), first_version=first_version, damage=damage,
                        unsynced=unsynced, owner=(db.name, index), clock=clock, files=files, syncs=syncs)
         vnode = cls(db, index, directory, wal, damage, whole_store)
         vnode._catch_up()
@@ -278,9 +279,13 @@ class Vnode:
             return 0
 
     def reconfigure(self, db: DatabaseDef) -> None:
-        """The database's options changed (a Kafka-native topic's configs): apply its WAL settings."""
+        """The database's options changed (a Kafka-native topic's configs), or its placement (a vgroup of one copy
+        moved, now replicated: its WAL commits in groups from then on, issue 26): apply its WAL settings. Under group
+        commit what was appended and not synced yet is noted for the next group sync at once: the visible version is
+        then the durable one, and must not wait for the next write to catch up with what was served before."""
         self.db = db
-        self.wal.options = wal_options(db)
+        self.wal.options = wal_options(db, self.index)
+        self.wal.note_end()
 
     # ------------------------------------------------------------------ meta
 
@@ -621,7 +626,7 @@ class Vnode:
         restarted starts from its checkpoint, and may cut any version above it: KIP-101), None when either is not
         known yet (just opened: its visible version would include a divergent tail, and nothing was checkpointed
         since)."""
-        if self.db.replication_factor > 1 or self._replica:
+        if self.db.replicated(self.index) or self._replica:
             if self.wal.replication is None or self.hw_checkpointed is None:
                 return None
             return min(self.wal.visible_version, self.hw_checkpointed)

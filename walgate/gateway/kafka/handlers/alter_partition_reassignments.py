@@ -17,8 +17,9 @@ As Kafka's ``ControllerApis.handleAlterPartitionReassignments`` and ``Replicatio
   progress (a ``place_vgroup`` catalog record written with the state), an adding node opens the vnode empty and
   catches up from the leader, a removed node deletes its copy once the move completed (docs/cluster.md "Moving
   replicas");
-* **not yet**: any move of a partition of one copy (it has no partition state to move): INVALID_REPLICA_ASSIGNMENT
-  saying so.
+* a partition of one copy (issue 26) moves as any other once the cluster runs with ``replication.enable``: the
+  controller makes its first partition state with the move (:mod:`walgate.cluster.reassignments`); without it, or on
+  a single node, INVALID_REPLICA_ASSIGNMENT saying why (:func:`~walgate.cluster.placement.one_copy_unmovable`).
 
 The move then completes as the controller finds its target replicas in sync (ListPartitionReassignments shows it
 meanwhile).
@@ -29,6 +30,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from walgate.cluster.partition_codec import PartitionId
+from walgate.cluster.placement import one_copy_unmovable
 from walgate.cluster.reassignments import ReassignmentRequest
 from walgate.gateway.kafka.access import Operation, cluster_allowed
 from walgate.gateway.kafka.broker import Broker
@@ -60,16 +62,16 @@ def _response(results: Iterable[tuple[str, int, int, str | None]], error: int = 
             "responses": [{"name": t, "partitions": p} for t, p in by_topic.items()]}  # type: ignore[typeddict-item]
 
 
-def _refused(topic: str, partition: int, placed: tuple[int, ...], target: Target, current: tuple[int, ...],
-             allow_rf_change: bool) -> str | None:
-    """Why this node refuses the move before asking the controller (the module docstring), None when it does not."""
-    if not placed:
-        if target is None:
-            return None  # (answered NO_REASSIGNMENT_IN_PROGRESS by the caller)
-        return (f"{topic}-{partition} has one copy: moving it is not supported yet (docs/cluster.md, "
-                "\"Moving replicas\")")
+def _refused(topic: str, partition: int, placed: tuple[int, ...], stated: bool, target: Target,
+             current: tuple[int, ...], allow_rf_change: bool, replication: bool) -> str | None:
+    """Why this node refuses the move before asking the controller (the module docstring), None when it does not;
+    ``stated``: whether the partition has a partition state (a replicated vgroup's)."""
     if target is None:
-        return None
+        return None  # (a cancellation of a partition with no state: NO_REASSIGNMENT_IN_PROGRESS, by the caller)
+    if not stated:
+        why = one_copy_unmovable(f"{topic}-{partition}", not placed, replication)
+        if why is not None:
+            return why
     if not allow_rf_change and len(target) != len(current):
         return f"The replication factor is changed from {len(current)} to {len(target)}"
     return None
@@ -87,20 +89,23 @@ async def handle(broker: Broker, ctx: RequestContext,
         code = error_of(exc)
         return _response(((t, p, code, str(exc)) for t, p, _ in asked), code, str(exc))
     states = broker_states(broker)
+    replication = topics.replication
     answers: dict[tuple[str, int], tuple[int, str | None]] = {}
     moves: dict[tuple[str, int], tuple[PartitionId, Target]] = {}
     for topic, partition, target in asked:
         if not topics.has_partition(topic, partition):
             answers[topic, partition] = ErrorCode.unknown_topic_or_partition, f"No such partition as {topic}-{partition}"
             continue
-        vgroup = topics.replicated_vgroup(topic, partition)
-        placed = topics.placed_replicas(topic, partition) if vgroup is not None else ()
-        state = None if vgroup is None else states(*vgroup)
+        vgroup = topics.vgroup_of(topic, partition)
+        stated = topics.replicated_vgroup(topic, partition) is not None
+        placed = topics.placed_replicas(topic, partition)
+        state = states(*vgroup) if stated and vgroup is not None else None
         current = placed if state is None else state.original
-        why = _refused(topic, partition, placed, target, current, request.allow_replication_factor_change)
+        why = _refused(topic, partition, placed, stated, target, current, request.allow_replication_factor_change,
+                       replication)
         if why is not None:
             answers[topic, partition] = ErrorCode.invalid_replica_assignment, why
-        elif vgroup is None:
+        elif vgroup is None or (not stated and target is None):
             answers[topic, partition] = ErrorCode.no_reassignment_in_progress, None
         else:
             moves[topic, partition] = PartitionId(*vgroup), target

@@ -156,7 +156,7 @@ def _partition(index: int, leader: int, node_id: int, live: Collection[int]) -> 
 def _partition_of(db: DatabaseDef, index: int, node_id: int, live: Collection[int],
                   states: States) -> MetadataResponsePartition:
     """The entry of ``db``'s vgroup ``index``: placed (one copy), or from its partition state (replicated)."""
-    if db.replication_factor == 1:
+    if not db.replicated(index):
         return _partition(index, db.node_of(index, node_id), node_id, live)
     state = states(db.id, index)
     return _unknown(index, db.replicas_of(index, node_id), node_id, live) if state is None else _replicated(
