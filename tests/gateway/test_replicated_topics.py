@@ -17,11 +17,14 @@ after it, refuses a sequence gap (OUT_OF_ORDER_SEQUENCE_NUMBER), and keeps a tra
 its last stable offset stops at the transaction's first offset, as on the old leader. While a node takes the lead
 on (Metadata names it, its replica manager has not begun the leader epoch), it holds a Produce until it leads instead
 of refusing it, so a client's pipelined batches are answered alike (the confluent-kafka duplicate under node kills).
+That wait, and DeleteRecords' for the followers' log starts (KIP-107), are woken by the vnode's change (its state
+applied, a follower's fetch recorded), not by a timer: their periodic looks are made an hour long here.
 """
 
 from __future__ import annotations
 
 import asyncio
+import datetime
 import errno
 import threading
 import time
@@ -33,7 +36,10 @@ import pytest
 
 from tests.cluster.etcd_cluster import EtcdCluster
 from tests.gateway.test_replicas import TOPIC, WAIT_S, Trio, bounded, etcd, produce, trio, until
+from walgate.cluster.etcd import tx
+from walgate.cluster.partition_codec import PartitionId, encode_state, partition_key
 from walgate.gateway.kafka import leaders, transactions
+from walgate.gateway.kafka.handlers import delete_records as delete_records_handler
 from walgate.gateway.kafka.handlers import produce as produce_handler
 from walgate.gateway.kafka.node_links import NodeLinks
 from walgate.gateway.kafka.txn_remote import write_markers
@@ -43,10 +49,15 @@ from walgate.storage.led_appends import LedAppend, recording
 from walgate.storage.show import Dnode
 from walgate.wire import encode_batch
 from walgate.wire.errors import ErrorCode
+from walgate.wire.protocol import request_class
+from walgate.wire.serial import fields_of
 
 __all__ = ["etcd"]  # (the fixture, used by name)
 
 IDEMPOTENT, TRANSACTIONAL = 7000, 7001  # producer ids
+
+
+HOUR_MS = 3_600_000
 
 
 def batch(producer_id: int, sequence: int, *values: bytes, transactional: bool = False) -> bytes:
@@ -100,8 +111,11 @@ async def test_a_node_taking_over_the_lead_answers_pipelined_batches_once_it_lea
     batch 1 beside an accepted batch 2 is what made librdkafka take batch 1 as delivered with no offset, or, were
     batch 1 not in the log, answer batch 2 OUT_OF_ORDER_SEQUENCE_NUMBER and bump the producer's epoch, sending
     every batch not acknowledged yet, of every partition, again as new (a record stored twice: the compat run under
-    node kills of 2026-11-30). Node 2's takeover is held by refusing its leader-epoch file's write until released."""
+    node kills of 2026-11-30). Node 2's takeover is held by refusing its leader-epoch file's write until released;
+    the held requests are woken by the takeover applied (their periodic look and their timeout an hour away: answered
+    within the bound only so)."""
     async with trio(etcd, tmp_path, monkeypatch, native=True) as t:
+        monkeypatch.setattr(produce_handler, "_TAKEOVER_RECHECK_S", 3600.0)  # (after trio's set-up: it undoes its own)
         await t.started()
         for k in (0, 1):
             answer = await produce(t, 1, -1, batch=batch(IDEMPOTENT, k, b"%d" % k))
@@ -134,10 +148,10 @@ async def test_a_node_taking_over_the_lead_answers_pipelined_batches_once_it_lea
 
         await t.write_state(replace(await t.state(), leader=2, leader_epoch=2))
         await until(tried, "node 2 tries to take over")
-        retried = asyncio.create_task(produce(t, 2, -1, batch=batch(IDEMPOTENT, 1, b"1")))
+        retried = asyncio.create_task(produce(t, 2, -1, HOUR_MS, batch=batch(IDEMPOTENT, 1, b"1")))
         await until(lambda: held(1, retried), "node 2 holds batch 1 while it takes over")
         assert not retried.done(), retried.result()  # (not answered NOT_LEADER_OR_FOLLOWER meanwhile)
-        following = asyncio.create_task(produce(t, 2, -1, batch=batch(IDEMPOTENT, 2, b"2")))
+        following = asyncio.create_task(produce(t, 2, -1, HOUR_MS, batch=batch(IDEMPOTENT, 2, b"2")))
         await until(lambda: held(2, following), "node 2 holds batch 2 too")
         assert not following.done(), following.result()
         assert not retried.done(), retried.result()
@@ -189,3 +203,57 @@ async def test_write_txn_markers_is_answered_once_the_in_sync_replicas_hold_the_
             await t.stop(n)
         assert await write_marker(t, 1) == ErrorCode.request_timed_out  # appended, not held by the ISR
         assert leader.visible_version < leader.next_version
+
+
+PURGED = "purged"
+DELETE_RECORDS: Any = request_class(21, 2)
+DELETE_TOPIC: Any = next(f.entity for f in fields_of(DELETE_RECORDS) if f.name == "topics")
+DELETE_PARTITION: Any = next(f.entity for f in fields_of(DELETE_TOPIC) if f.name == "partitions")
+
+
+async def test_delete_records_is_answered_once_the_followers_fetches_report_the_log_start(
+        etcd: EtcdCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """DeleteRecords on a replicated partition's leader waits until both followers reported the new log start with a
+    fetch (KIP-107's low watermark): each fetch recorded wakes it (its periodic look and its timeout an hour away:
+    without the wake-up it is not answered within the bound). The topic is made REPLICATION 3 as the cluster's catalog
+    makes it (its records staged on node 1 and applied on each node), node 1 leading it."""
+    async with trio(etcd, tmp_path, monkeypatch, replicated=True) as t:
+        monkeypatch.setattr(delete_records_handler, "_RECHECK_S", 3600.0)
+        first = t.nodes[1].side
+        _, records = await first.call(first.engine.staged, first.engine.create_kafka_topic, PURGED, 1, {}, {}, None,
+                                      None, 3)
+        seq = await first.call(lambda: first.engine.catalog.shared_seq)
+        for k, record in enumerate(records, seq + 1):
+            for node in t.nodes.values():
+                assert await node.side.call(node.side.engine.apply_shared, k, record)
+        db = (await first.call(first.engine.topic, PURGED)).db
+        pid = PartitionId(await first.db_id(db), 0)
+        for n in (1, 2, 3):
+            t.start(n)
+        await t.states.session.txn([], [tx.Put(partition_key(t.states.keys, pid), encode_state(t.initial()))])
+        await until(lambda: _now(pid in t.nodes[1].led()), "node 1 leads the topic's partition")
+        for k in range(4):
+            answer = await produce(t, 1, -1, topic_name=PURGED)
+            assert (answer.error_code, answer.base_offset) == (ErrorCode.none, k)
+
+        async def copied() -> bool:
+            return len({(await t.nodes[n].side.vnode(db, 0)).wal.next_version for n in (1, 2, 3)}) == 1
+        await until(copied, "nodes 2 and 3 copied the four batches")
+        request = DELETE_RECORDS(timeout=datetime.timedelta(hours=1), topics=(DELETE_TOPIC(name=PURGED, partitions=(
+            DELETE_PARTITION(partition_index=0, offset=3),)),))
+        links = NodeLinks(t.nodes[3].side.member, "PLAINTEXT", None, timeout_s=WAIT_S)
+        try:
+            async with bounded("node 1's DeleteRecords answer"):
+                response = await links.call(1, request)
+        finally:
+            links.close()
+        [topic] = response.topics
+        [partition] = topic.partitions
+        assert (partition.error_code, partition.low_watermark) == (ErrorCode.none, 3)
+        for n in (2, 3):  # (what they reported before the answer)
+            side = t.nodes[n].side
+            assert (await side.call(side.engine.views.watermarks, PURGED, 0))[0] == 3
+
+
+async def _now(value: bool) -> bool:
+    return value

@@ -594,7 +594,7 @@ async def test_a_follower_takes_its_leaders_log_start_and_reports_its_own(
     """WalFetch v1 (KIP-107): DeleteRecords on the leader moves the follower's log start with the next answer (at
     most to what it holds, durably: a restart keeps it), and the fetch after reports it, which the leader's view
     takes as the low watermark DeleteRecords waits for; with a leader whose registration advertises no v1 (an older
-    release's), v0 is sent and nothing of it is exchanged."""
+    release's), v0 is sent and nothing of it is exchanged, nor looked up on either side."""
     async with pair(etcd, tmp_path) as p:
         native, db_id = await _replicated_native(p)
         for k in range(5):
@@ -611,6 +611,11 @@ async def test_a_follower_takes_its_leaders_log_start_and_reports_its_own(
         assert view.low_watermark(topic_id, 3, lambda _: True) == 3
 
         monkeypatch.setattr(p.links, "version", lambda node, api_key: 0)  # a leader of an older release
+
+        def not_asked(db: str, index: int) -> dict[uuid.UUID, int]:
+            raise AssertionError(f"log starts of vnode {index} of {db} looked up for WalFetch v0, which has none")
+        for side in (p.leader, p.follower):  # (neither side looks its log starts up for v0)
+            monkeypatch.setattr(side.engine.views, "log_starts", not_asked)
         assert await p.leader.call(p.leader.engine.partitions.delete_records, TOPIC, 0, 4) == 4
         assert await p.fetcher.fetch_once() and await p.fetcher.fetch_once()
         assert p.follower.engine.store.indexes[(TOPIC, 0)].start_offset == 3

@@ -134,29 +134,31 @@ def followed_hw(vnode: FollowedVnode, _end: int, _durable: int) -> int:
     return vnode.high_watermark
 
 
-def _position(engine: Engine, db: str, vgroup: int) -> _Position:
+def _position(engine: Engine, db: str, vgroup: int, with_log_starts: bool) -> _Position:
     """Where ``db``'s vnode ``vgroup`` is fetched from: its WAL's end, named with its epoch cache's latest epoch
     whatever the WAL holds, as Kafka's follower names its log's ``latestEpoch`` (KIP-595's ``LastFetchedEpoch``, the
     KIP-101/279 truncation): an empty WAL too, whose cache may hold an epoch this node began when it was elected
     and then wrote nothing in (a lease storm's brief leadership, issue 25). Naming no epoch there got the leader's
     older entries refused on every fetch (:meth:`Vnode.append_replicated
     <walgate.storage.vnode.Vnode.append_replicated>`: older than the cache's latest); naming it gets the divergence,
-    whose cut at the WAL's end drops the empty epoch (:func:`walgate.storage.truncation.truncate_vnode`)."""
+    whose cut at the WAL's end drops the empty epoch (:func:`walgate.storage.truncation.truncate_vnode`). Its log
+    starts only ``with_log_starts`` (a WalFetch v1 carries them, and its answer the leader's; a v0 neither)."""
     vnode = engine.store.local_vnode(db, vgroup)
     wal = vnode.wal
-    starts = engine.views.log_starts(db, vgroup)
+    starts = engine.views.log_starts(db, vgroup) if with_log_starts else {}
     if vnode.epochs.entries:
         return _Position(wal.next_version, vnode.epochs.latest_epoch, wal.durable_version, log_starts=starts)
     return _Position(wal.next_version, -1, wal.durable_version, epochless=wal.next_version != wal.first_version,
                      log_starts=starts)
 
 
-def _positions(engine: Engine, vnodes: list[FollowedVnode]) -> list[_Position | StorageError]:
-    """Each vnode's position, or why it cannot be read now (not open: the disk refused it, no such database)."""
+def _positions(engine: Engine, vnodes: list[FollowedVnode], with_log_starts: bool) -> list[_Position | StorageError]:
+    """Each vnode's position (:func:`_position`), or why it cannot be read now (not open: the disk refused it, no
+    such database)."""
     out: list[_Position | StorageError] = []
     for v in vnodes:
         try:
-            out.append(_position(engine, v.db, v.vgroup))
+            out.append(_position(engine, v.db, v.vgroup, with_log_starts))
         except StorageError as e:
             out.append(e)
     return out
@@ -267,7 +269,8 @@ class ReplicaFetcher:
             return False
         finished = started and not any(v.cut_unfinished for v in unfinished)
         keys = frozenset(v.key for v in vnodes)
-        read = await self.storage.call_on(keys, functools.partial(_positions, self.engine, vnodes))
+        version = self.link.version(self.source, _WAL_FETCH)  # (v1: log starts, to a leader that answers it)
+        read = await self.storage.call_on(keys, functools.partial(_positions, self.engine, vnodes, version >= 1))
         for v, p in zip(vnodes, read):
             if isinstance(p, StorageError):
                 log.warning("vnode %d of database %s is not fetched now: %s", v.vgroup, v.db, p)
@@ -282,7 +285,6 @@ class ReplicaFetcher:
         if not fetched:
             return False
         vnodes, positions = [v for v, _ in fetched], [p for _, p in fetched]
-        version = self.link.version(self.source, _WAL_FETCH)  # (v1: log starts, to a leader that answers it)
         request = _REQUESTS[version](
             replica_id=self.node_id, broker_epoch=self.broker_epoch,
             max_wait=datetime.timedelta(milliseconds=self.max_wait_ms), min_bytes=self.min_bytes,

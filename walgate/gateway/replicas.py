@@ -68,6 +68,7 @@ from walgate.cluster.model import ControlPlaneUnavailable
 from walgate.cluster.partition_codec import PartitionId
 from walgate.cluster.partition_states import PartitionStates
 from walgate.gateway.kafka.node_links import NodeLinks
+from walgate.gateway.kafka.wakeups import Waiters
 from walgate.gateway.purgatory import Purgatory
 from walgate.gateway.replica_fetcher import FollowedVnode, ReplicaFetcher, finish_cut, followed_hw
 from walgate.gateway.replication_traffic import ReplicationTraffic
@@ -252,6 +253,8 @@ class ReplicaManager:
         self.leadership: list[Callable[[VnodeKey, int | None], None]] = []
         # the replication throttles and byte counts (KIP-73) of its fetchers and of the WalFetch answers it leads
         self.traffic = ReplicationTraffic(node_id, engine.topics, self.state_of)
+        # DeleteRecords' and Produce's waits on vnodes (:meth:`watch`), told by :meth:`_changed`
+        self._watched: Waiters[PartitionId] = Waiters(self._loop)
 
     # ------------------------------------------------------------ LedVnodes (WalFetch's handler, on the lane)
 
@@ -294,9 +297,22 @@ class ReplicaManager:
         return dataclasses.replace(db, replicas=tuple(placed), placed_anew={v: placed[v] for v in db.placed_anew})
 
     def fetched(self, db_id: str, vgroup: int) -> None:
-        led = self.led.get(PartitionId(db_id, vgroup))
+        pid = PartitionId(db_id, vgroup)
+        led = self.led.get(pid)
         if led is not None:
             self._post(led)
+            self._changed(pid)
+
+    def watch(self, vnodes: list[tuple[str, int]]) -> asyncio.Event:
+        return self._watched.watch([PartitionId(*v) for v in vnodes])
+
+    def unwatch(self, vnodes: list[tuple[str, int]], event: asyncio.Event) -> None:
+        self._watched.unwatch([PartitionId(*v) for v in vnodes], event)
+
+    def _changed(self, pid: PartitionId) -> None:
+        """Vnode ``pid``'s state was read or applied, its leadership here changed, or a follower's fetch was recorded
+        in its view: its waits look again (:meth:`watch`). Any thread."""
+        self._watched.appended(pid)
 
     async def acknowledged(self, key: VnodeKey, leader_epoch: int, last_version: int, timeout_s: float) -> ErrorCode:
         """The answer of one acks=all write to ``key`` appended in ``leader_epoch`` up to ``last_version``
@@ -352,12 +368,18 @@ class ReplicaManager:
         workers = [asyncio.create_task(self._apply_changes(), name="walgate-replicas"),
                    asyncio.create_task(self._checkpoints(), name="walgate-hw-checkpoints")]
         try:
-            await self.states.follow(lambda pid, state: self._changes.put_nowait((pid, state)))
+            await self.states.follow(self._seen)
         finally:
             for worker in workers:
                 worker.cancel()
             await asyncio.gather(*workers, return_exceptions=True)
             await self.close()
+
+    def _seen(self, pid: PartitionId, state: PartitionState | None) -> None:
+        """A change of ``pid``'s state read: applied in turn (:meth:`_apply_changes`); its waits look again now (a
+        takeover's wait ends once the state read no longer names this node)."""
+        self._changes.put_nowait((pid, state))
+        self._changed(pid)
 
     async def _checkpoints(self) -> None:
         """Every ``checkpoint_s`` (Kafka's ``replica.high.watermark.checkpoint.interval.ms``): the high watermark
@@ -422,7 +444,14 @@ class ReplicaManager:
                 self._changes.put_nowait((pid, state))
 
     async def apply(self, pid: PartitionId, state: PartitionState | None) -> None:
-        """Lead, follow or stop vnode ``pid`` as ``state`` says (the module docstring)."""
+        """Lead, follow or stop vnode ``pid`` as ``state`` says (the module docstring); its waits look again after,
+        whatever the outcome."""
+        try:
+            await self._apply(pid, state)
+        finally:
+            self._changed(pid)
+
+    async def _apply(self, pid: PartitionId, state: PartitionState | None) -> None:
         db, placed = await self.storage.call(_placement, self.engine, pid.db_id, pid.vgroup)
         if db is None:
             await self._forget(pid)
@@ -582,6 +611,7 @@ class ReplicaManager:
         if self.led.get(pid) is not led:
             return
         del self.led[pid]
+        self._changed(pid)
         if led.proposer is not None and led.proposer is not asyncio.current_task():
             led.proposer.cancel()
         self.purgatory.fail(led.key, ErrorCode.not_leader_or_follower)
@@ -643,6 +673,7 @@ class ReplicaManager:
                      f"refused ({outcome.error.name}), state read again")
             await self.storage.call_on(frozenset([led.key]), functools.partial(self._altered, led, outcome.state,
                                                                                outcome.error is not None))
+            self._changed(pid)
 
     async def _relead(self, pid: PartitionId) -> None:
         """After this node stopped leading ``pid`` because its ISR change found it fenced (STALE_BROKER_EPOCH: its

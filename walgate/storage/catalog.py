@@ -424,6 +424,33 @@ class _Taken:
 
 
 @dataclass
+class _TopicsByDb:
+    """Each database's topics' names, in the catalog's order (that of its ``topics`` dict), so that the topics of a
+    vnode's database are found without a scan of every topic (the WalFetch answer and a follower's append looked them
+    up per vnode and call). Valid while ``key`` is the catalog's :meth:`Catalog._taken_key`; :meth:`Catalog.apply`
+    keeps a valid one valid, anything else that changes the topics changes the key (derived again when read)."""
+
+    key: tuple[int, ...]
+    names: dict[str, dict[str, None]]  # database -> its topics' names (a dict: ordered, O(1) removal)
+
+    @classmethod
+    def of(cls, key: tuple[int, ...], topics: dict[str, TopicDef]) -> _TopicsByDb:
+        names: dict[str, dict[str, None]] = {}
+        for name, topic in topics.items():
+            names.setdefault(topic.db, {})[name] = None
+        return cls(key, names)
+
+    def add(self, topic: TopicDef) -> None:
+        self.names.setdefault(topic.db, {})[topic.name] = None
+
+    def drop(self, topic: TopicDef) -> None:
+        names = self.names.get(topic.db, {})
+        names.pop(topic.name, None)
+        if not names:
+            self.names.pop(topic.db, None)
+
+
+@dataclass
 class Catalog:
     path: Path
     damage: DamageLog | None = None
@@ -461,8 +488,10 @@ class Catalog:
     # holds the name (name -> the cluster database's id), until the cluster drops it: the controller never takes
     # their partition states for a dropped database's (:meth:`controller_vnodes`)
     shadowed: dict[str, str] = field(default_factory=dict)
-    _changes: int = 0  # +1 per record applied and per restore: with the dicts' identities and sizes, _taken's key
+    # +1 per record applied, per restore and per topic forgotten: with the dicts' identities and sizes, the caches' key
+    _changes: int = 0
     _taken_cache: _Taken | None = None
+    _by_db_cache: _TopicsByDb | None = None
 
     @classmethod
     def open(cls, path: Path, damage: DamageLog | None = None, *, max_partitions: int = MAX_PARTITIONS,
@@ -796,6 +825,8 @@ class Catalog:
             raise _Invalid(f"not an object: {r!r}")
         op = r.get("op")
         kept: _Taken | None = None  # what stays valid after this record (updated here): not derived again
+        by_db = self._by_db_cache  # the same for the topics by database, when it is valid now
+        by_db = by_db if by_db is not None and by_db.key == self._taken_key() else None
         if op == "create_db":
             name, db_id = _get(r, "name", str), r.get("id")
             if name in self.databases:
@@ -812,6 +843,8 @@ class Catalog:
             self.dropped.update(k for k, v in self.topics.items() if v.db == name)
             self.topics = {k: v for k, v in self.topics.items() if v.db != name}
             self.stable_changes = {k: v for k, v in self.stable_changes.items() if k != name}
+            if by_db is not None:
+                by_db.names.pop(name, None)
         elif op in ("create_stable", "alter_stable"):
             db, name = self._known_db(r, "db"), _get(r, "name", str)
             if (op == "alter_stable") != ((db, name) in self.stables):
@@ -845,14 +878,19 @@ class Catalog:
             name, kind = _get(r, "name", str), r.get("kind")
             if name in self.topics or kind not in _TOPIC_KINDS or not self._new_topic_id(r):
                 raise _Invalid(f"topic {name}: exists, or bad kind {kind!r} or topic id")
-            self.topics[name] = TopicDef(name, kind, self._known_db(r, "db"), _get(r, "source", str),
-                                         _get(r, "with_meta", bool), _get(r, "sql", str), r["topic_id"],
-                                         _get(r, "created_ms", int), stable=str(r.get("stable", "")))
+            made = self.topics[name] = TopicDef(name, kind, self._known_db(r, "db"), _get(r, "source", str),
+                                                _get(r, "with_meta", bool), _get(r, "sql", str), r["topic_id"],
+                                                _get(r, "created_ms", int), stable=str(r.get("stable", "")))
             self.dropped.discard(name)
+            if by_db is not None:
+                by_db.add(made)
         elif op == "drop_topic":
-            if self.topics.pop(_get(r, "name", str), None) is None:
+            gone = self.topics.pop(_get(r, "name", str), None)
+            if gone is None:
                 raise _Invalid(f"drop of an unknown topic {r['name']}")
             self.dropped.add(r["name"])
+            if by_db is not None:
+                by_db.drop(gone)
         elif op == "alter_kafka_topic":
             topic = self.topics.get(_get(r, "name", str))
             if topic is None or topic.kind != "kafka":
@@ -880,6 +918,8 @@ class Catalog:
             topic = self.topics[name] = TopicDef(name, "kafka", db, "", False, "", r["topic_id"], created, configs)
             self.dropped.discard(name)
             kept.add_topic(topic)
+            if by_db is not None:
+                by_db.add(topic)
             kept.db_ids.add(db_id)
             kept.partitions += database.vgroups
         elif op == PLACE_VGROUP_OP:
@@ -909,6 +949,8 @@ class Catalog:
         self._changes += 1
         if kept is not None:
             kept.key = self._taken_key()
+        if by_db is not None:
+            by_db.key = self._taken_key()
 
     def _place_anew(self, r: dict[str, Any]) -> None:
         """Apply a ``place_vgroup`` record: its vgroup of a placed database is held by its ``replicas`` from now on
@@ -947,6 +989,21 @@ class Catalog:
     def _taken_key(self) -> tuple[int, ...]:
         """Changes when the topics or databases may have: a record applied, a restore, a dict replaced or resized."""
         return self._changes, id(self.topics), len(self.topics), id(self.databases), len(self.databases)
+
+    def topics_of(self, db: str) -> list[TopicDef]:
+        """The topics over database ``db``, in the order of :attr:`topics`: what a scan of every topic for those of
+        ``db`` finds, in O(its topics) (:class:`_TopicsByDb`, derived again only when the topics changed otherwise
+        than by a record applied)."""
+        key = self._taken_key()
+        if self._by_db_cache is None or self._by_db_cache.key != key:
+            self._by_db_cache = _TopicsByDb.of(key, self.topics)
+        return [self.topics[name] for name in self._by_db_cache.names.get(db, ())]
+
+    def forget_topic(self, name: str) -> None:
+        """Topic ``name`` is not served (it cannot be opened): gone from :attr:`topics` in memory, its record kept
+        (the next start opens it again)."""
+        del self.topics[name]
+        self._changes += 1
 
     def has_db_id(self, db_id: str) -> bool:
         """Whether a database has the id ``db_id`` (the name of its directory)."""

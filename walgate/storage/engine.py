@@ -536,7 +536,7 @@ class Engine:
         closed (not open here) and a call again, or the next start (which opens it as the disk holds it), goes on.
         """
         db = self.catalog.database(db_name)
-        topics = [t for t in self.catalog.topics.values() if t.db == db_name]
+        topics = self.catalog.topics_of(db_name)
         if not topics or any(t.kind != "kafka" for t in topics):
             raise Unsupported(f"vnode {index} of database {db_name}: an SQL vgroup's copy cannot start at the leader's "
                               f"log start (version {version}): its tables and topic offsets below it are not in the "
@@ -562,7 +562,7 @@ class Engine:
     def _close_vnode(self, vnode: Vnode) -> None:
         """Close ``vnode`` (removed from the open vnodes by the caller) and forget what is derived from it in memory:
         its topics' offset indexes and producer state, the cleaner's points, its cached batches, its meta checks."""
-        topics = [t.name for t in self.catalog.topics.values() if t.db == vnode.db.name]
+        topics = [t.name for t in self.catalog.topics_of(vnode.db.name)]
         for topic in topics:
             self.store.producers.pop((topic, vnode.index), None)
             idx = self.store.indexes.pop((topic, vnode.index), None)

@@ -28,7 +28,7 @@ def append_replicated(store: Store, views: TopicViews, vnode: Vnode, raw: bytes,
     Kafka-native topic, its partition's producer state; the vnode's next version. Raises what
     :meth:`Vnode.append_replicated` raises (EntriesRefused, with nothing written, also for a Kafka batch whose base
     offset is below the partition's next offset; StorageUnavailable), before anything is derived."""
-    topics = [t for t in store.catalog.topics.values() if t.db == vnode.db.name]
+    topics = store.catalog.topics_of(vnode.db.name)
     native = [store.indexes[(t.name, vnode.index)] for t in topics if t.kind == "kafka"]
     checked = vnode.append_replicated(raw, first_version, epoch, native[0].end_offset if native else None)
     if not checked or not topics:

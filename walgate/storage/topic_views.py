@@ -94,7 +94,7 @@ class TopicViews:
         store = self.store
         tag_tables = store.tag_tables(vnode)
         if topics is None:
-            topics = [name for name, t in store.catalog.topics.items() if t.db == vnode.db.name]
+            topics = [t.name for t in store.catalog.topics_of(vnode.db.name)]
         for name in topics:
             ev = store.evaluators.get(name)  # None: a Kafka-native topic, whose records are its batches
             idx = store.indexes[(name, vnode.index)]
@@ -244,7 +244,7 @@ class TopicViews:
     def forget(self, name: str) -> None:
         """Stop serving a topic that cannot be opened (its files stay)."""
         store = self.store
-        del store.catalog.topics[name]
+        store.catalog.forget_topic(name)
         store.evaluators.pop(name, None)
         for key in [k for k in store.indexes if k[0] == name]:
             store.indexes.pop(key).close()
@@ -361,7 +361,7 @@ class TopicViews:
         """Each topic over vnode ``index`` of database ``db`` whose log start offset is past 0: its id -> that offset
         (what a replica of the vnode tells the others: KIP-107's log start, DeleteRecords' or retention's)."""
         out: dict[uuid.UUID, int] = {}
-        for name in [t.name for t in self.store.catalog.topics.values() if t.db == db]:
+        for name in [t.name for t in self.store.catalog.topics_of(db)]:
             idx, topic_id = self.store.indexes.get((name, index)), self.topic_id(name)
             if idx is not None and topic_id is not None and idx.start_offset > 0:
                 out[topic_id] = idx.start_offset
@@ -373,7 +373,7 @@ class TopicViews:
         (``UnifiedLog.maybeIncrementLogStartOffset``): each topic's log start moves there when that is past its own,
         at most to its own end offset (what it holds), durably (:meth:`OffsetIndex.advance_start`; StorageUnavailable
         when the disk refuses, that topic's and the later ones' taken again with the next answer)."""
-        for name in [t.name for t in self.store.catalog.topics.values() if t.db == db]:
+        for name in [t.name for t in self.store.catalog.topics_of(db)]:
             idx, topic_id = self.store.indexes.get((name, index)), self.topic_id(name)
             target = None if idx is None or topic_id is None else min(starts.get(topic_id, 0), idx.end_offset)
             if idx is not None and target is not None and target > idx.start_offset:

@@ -69,7 +69,7 @@ def _derived(store: Store, native: NativeTopics, cleaner: Cleaner, cache: BatchC
     """The engine's state derived from ``vnode``'s WAL, cut back to ``version``; every part is cut even when the
     disk refuses an offset index's rewrite, the first refusal raised after (StorageUnavailable)."""
     refused: StorageUnavailable | None = None
-    topics = [t for t in store.catalog.topics.values() if t.db == vnode.db.name]
+    topics = store.catalog.topics_of(vnode.db.name)
     for topic in topics:
         idx = store.indexes.get((topic.name, vnode.index))
         if idx is not None:

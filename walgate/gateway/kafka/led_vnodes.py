@@ -8,6 +8,10 @@ in cluster mode. On a single node it is None: every WalFetch partition is answer
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from walgate.replication.leader import LeaderView
@@ -15,7 +19,7 @@ from walgate.replication.partition import PartitionState
 from walgate.storage.led_appends import LedAppend
 from walgate.wire.errors import ErrorCode
 
-__all__ = ["LedVnodes"]
+__all__ = ["LedVnodes", "until_changed"]
 
 
 class LedVnodes(Protocol):
@@ -55,3 +59,33 @@ class LedVnodes(Protocol):
         passes it, NONE, else the first error: NOT_ENOUGH_REPLICAS_AFTER_APPEND, NOT_LEADER_OR_FOLLOWER when this
         node stops leading it first or does not lead it in that epoch when the wait begins, REQUEST_TIMED_OUT after
         ``timeout_s`` (:class:`~walgate.gateway.purgatory.Purgatory`). On the event loop."""
+
+    def watch(self, vnodes: list[tuple[str, int]]) -> asyncio.Event:
+        """An event set once any of ``vnodes`` (database id, vgroup) changed here: a partition state of it read or
+        applied, this node's leadership of it begun or ended, a follower's fetch recorded in its view. Registered
+        before its waiter looks (a change between the look and the wait still sets it), then :meth:`unwatch`-ed. On
+        the event loop."""
+
+    def unwatch(self, vnodes: list[tuple[str, int]], event: asyncio.Event) -> None:
+        """Forget ``event`` (:meth:`watch`). On the event loop."""
+
+
+async def until_changed(led: LedVnodes, vnodes: list[tuple[str, int]], done: Callable[[], Awaitable[bool]],
+                        timeout_s: float, recheck_s: float) -> bool:
+    """Whether ``done()`` became true within ``timeout_s``: looked at now, then again each time one of ``vnodes``
+    changed (:meth:`LedVnodes.watch`), and every ``recheck_s`` for what is not told (a node's registration or lease
+    lapsing). Waiters woken by one change look again in the order they began to wait. On the event loop."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        event = led.watch(vnodes)
+        try:
+            if await done():
+                return True
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(min(left, recheck_s)):
+                    await event.wait()
+        finally:
+            led.unwatch(vnodes, event)

@@ -13,17 +13,18 @@ from __future__ import annotations
 import asyncio
 from typing import Generic, TypeVar
 
-__all__ = ["FetchWakeups"]
+__all__ = ["FetchWakeups", "Waiters"]
 
 K = TypeVar("K")
 
 
-class _Waiters(Generic[K]):
-    """Events waiting for keys ``K``, set on ``loop``."""
+class Waiters(Generic[K]):
+    """Events waiting for keys ``K``, set on ``loop`` in the order they were registered (waiters woken together
+    resume in the order they began to wait)."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
-        self._waiters: dict[K, set[asyncio.Event]] = {}
+        self._waiters: dict[K, dict[asyncio.Event, None]] = {}
 
     def appended(self, key: K) -> None:
         """Any thread: only reads the waiters dict and hands the wake-up to the event loop."""
@@ -40,14 +41,14 @@ class _Waiters(Generic[K]):
     def watch(self, keys: list[K]) -> asyncio.Event:
         event = asyncio.Event()
         for key in keys:
-            self._waiters.setdefault(key, set()).add(event)
+            self._waiters.setdefault(key, {})[event] = None
         return event
 
     def unwatch(self, keys: list[K], event: asyncio.Event) -> None:
         for key in keys:
             waiters = self._waiters.get(key)
             if waiters is not None:
-                waiters.discard(event)
+                waiters.pop(event, None)
                 if not waiters:
                     del self._waiters[key]
 
@@ -56,8 +57,8 @@ class FetchWakeups:
     """Implements :class:`walgate.storage.observers.RecordsListener` for the long polls waiting on ``loop``."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._partitions: _Waiters[tuple[str, int]] = _Waiters(loop)
-        self._vnodes: _Waiters[tuple[str, int]] = _Waiters(loop)
+        self._partitions: Waiters[tuple[str, int]] = Waiters(loop)
+        self._vnodes: Waiters[tuple[str, int]] = Waiters(loop)
 
     def records_appended(self, topic: str, partition: int) -> None:
         """Called after an append, on the thread of the storage-lane call that made it (the storage thread or a vnode

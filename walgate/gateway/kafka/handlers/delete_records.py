@@ -17,8 +17,6 @@ ACLs (as Kafka): Delete on the topic, else TOPIC_AUTHORIZATION_FAILED in its par
 
 from __future__ import annotations
 
-import asyncio
-import time
 from collections.abc import Callable
 
 from walgate.gateway.audit import audit_kafka
@@ -26,6 +24,7 @@ from walgate.gateway.kafka.access import Operation, ResourceType, checker
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.leaders import Reads
+from walgate.gateway.kafka.led_vnodes import until_changed
 from walgate.storage.engine import Engine
 from walgate.storage.lanes import partition_keys
 from walgate.wire.errors import ErrorCode
@@ -37,8 +36,9 @@ from walgate.wire.messages import (
 )
 
 API_KEY, MIN_VERSION, MAX_VERSION = 21, 0, 2
-_POLL_S = 0.02
-"""How often a DeleteRecords of replicated partitions looks at their followers' log starts (an admin request)."""
+_RECHECK_S = 1.0
+"""How often a DeleteRecords of replicated partitions looks at their followers' log starts besides when one of their
+vnodes changed (a follower's fetch recorded, a leadership or state change): for a replica's registration lapsing."""
 
 
 def _one(engine: Engine, reads: Reads, topic: str, partition: int, offset: int) -> DeleteRecordsPartitionResult:
@@ -74,27 +74,31 @@ def _low_watermarks(engine: Engine, broker: Broker, deleted: list[tuple[str, int
 
 async def _replicated(broker: Broker, topics: list[DeleteRecordsTopicResult], timeout_s: float) -> None:
     """Wait, at most ``timeout_s``, until each replicated partition deleted here reached its new log start on every
-    registered replica (the module docstring), polled every :data:`_POLL_S`; its answer's low watermark is then
-    that, or REQUEST_TIMED_OUT."""
+    registered replica (the module docstring), looked at again when one of their vnodes changed (a follower's fetch
+    recorded: :func:`~walgate.gateway.kafka.led_vnodes.until_changed`); its answer's low watermark is then that, or
+    REQUEST_TIMED_OUT."""
     deleted = [(t["name"], p, int(p["low_watermark"])) for t in topics for p in t["partitions"]
                if p["error_code"] == ErrorCode.none]
-    if broker.led is None or not deleted:
+    led = broker.led
+    if led is None or not deleted:
         return
     keys = [(name, p["partition_index"]) for name, p, _ in deleted]
     asked = [(name, p["partition_index"], start) for name, p, start in deleted]
-    deadline = time.monotonic() + timeout_s
-    while True:
-        lows = await broker.call_on(lambda known: partition_keys(known, keys), _low_watermarks, broker, asked)
-        if all(low is None or low >= start for low, (_, _, start) in zip(lows, asked)):
-            for low, (_, p, _) in zip(lows, deleted):
-                p["low_watermark"] = p["low_watermark"] if low is None else low
-            return
-        if time.monotonic() >= deadline:
-            for low, (_, p, start) in zip(lows, deleted):
-                if low is not None and low < start:
-                    p["error_code"], p["low_watermark"] = ErrorCode.request_timed_out, -1
-            return
-        await asyncio.sleep(_POLL_S)
+    known = broker.topics()
+    vnodes = [vgroup for name, index in keys if (vgroup := known.vgroup_of(name, index)) is not None]
+    lows: list[int | None] = []
+
+    async def reached() -> bool:
+        lows[:] = await broker.call_on(lambda known: partition_keys(known, keys), _low_watermarks, broker, asked)
+        return all(low is None or low >= start for low, (_, _, start) in zip(lows, asked))
+
+    if await until_changed(led, vnodes, reached, timeout_s, _RECHECK_S):
+        for low, (_, p, _) in zip(lows, deleted):
+            p["low_watermark"] = p["low_watermark"] if low is None else low
+        return
+    for low, (_, p, start) in zip(lows, deleted):
+        if low is not None and low < start:
+            p["error_code"], p["low_watermark"] = ErrorCode.request_timed_out, -1
 
 
 async def handle(broker: Broker, ctx: RequestContext, request: DeleteRecordsRequest) -> DeleteRecordsResponse:

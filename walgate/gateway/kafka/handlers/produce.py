@@ -102,7 +102,7 @@ from walgate.gateway.kafka.leaders import (
     serving_view,
     taking_over,
 )
-from walgate.gateway.kafka.led_vnodes import LedVnodes
+from walgate.gateway.kafka.led_vnodes import LedVnodes, until_changed
 from walgate.gateway.quotas import PRODUCE as PRODUCE_RATE
 from walgate.storage.durability import Need
 from walgate.storage.engine import Engine
@@ -126,7 +126,7 @@ API_KEY, MIN_VERSION, MAX_VERSION = 0, 3, 12
 PartitionAnswer = ProduceResponsePartitionProduceResponse
 _IMPLICIT_ADD_SINCE = 12  # Kafka's produceRequestVersionToTransactionSupportedOperation: addPartition
 _ACKS = (-1, 0, 1)
-_TAKEOVER_POLL_S = 0.01
+_TAKEOVER_RECHECK_S = 1.0  # besides each change of the vnodes: for this node's lease or registration lapsing
 _RETRIABLE_VERIFICATION = frozenset({ErrorCode.concurrent_transactions, ErrorCode.network_exception,
                                      ErrorCode.coordinator_load_in_progress, ErrorCode.coordinator_not_available,
                                      ErrorCode.not_coordinator})
@@ -181,16 +181,20 @@ async def handle(broker: Broker, ctx: RequestContext, request: ProduceRequest) -
 async def _taken_over(broker: Broker, written: list[tuple[str, int]], timeout_s: float) -> None:
     """Wait while this node is taking over the lead of a replicated partition of ``written``
     (:func:`~walgate.gateway.kafka.leaders.taking_over`), at most ``timeout_s``; at once when it takes over none.
-    Looked at every :data:`_TAKEOVER_POLL_S` s: requests that began waiting earlier are woken earlier, so a
+    Looked at again when one of their vnodes changed (its state read or applied:
+    :func:`~walgate.gateway.kafka.led_vnodes.until_changed`): requests that began waiting earlier look earlier, so a
     connection's requests still reach the partition in the order they came."""
     led = broker.led
     if led is None:
         return
     topics = broker.topics()
-    vgroups = {vgroup for topic, index in written if (vgroup := topics.vgroup_of(topic, index)) is not None}
-    deadline = time.monotonic() + timeout_s
-    while any(taking_over(led, broker.node_id, *vgroup) for vgroup in vgroups) and time.monotonic() < deadline:
-        await asyncio.sleep(_TAKEOVER_POLL_S)
+    vgroups = list({vgroup for topic, index in written if (vgroup := topics.vgroup_of(topic, index)) is not None})
+
+    async def led_here() -> bool:
+        return not any(taking_over(led, broker.node_id, *vgroup) for vgroup in vgroups)
+
+    if not await led_here():  # (at once, watching nothing, when it takes over none: every Produce)
+        await until_changed(led, vgroups, led_here, timeout_s, _TAKEOVER_RECHECK_S)
 
 
 async def _durable(broker: Broker, answers: dict[tuple[str, int], PartitionAnswer], key: tuple[str, int],

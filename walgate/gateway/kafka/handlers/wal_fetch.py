@@ -104,9 +104,9 @@ def _partition(engine: Engine, led: LedVnodes, request: WalFetchRequest, p: WalF
         return _answer(p, ErrorCode.not_leader_or_follower)
     wal = vnode.wal
     known: dict[str, object] = {"leader_epoch": view.leader_epoch, "log_start_version": wal.first_version,
-                                "high_watermark": view.hw, "log_starts": [
+                                "high_watermark": view.hw, "log_starts": [  # (v1+: a v0 answer has none)
                                     {"topic_id": t, "start_offset": o} for t, o in engine.views.log_starts(
-                                        db, p.vgroup).items()]}
+                                        db, p.vgroup).items()] if version >= 1 else []}
     registered = led.registered_epoch(request.replica_id)
     error = check_leader_epoch(view.leader_epoch, p.current_leader_epoch) or view.check_follower(
         request.replica_id, request.broker_epoch, registered)
