@@ -70,6 +70,8 @@ from walgate.storage.truncation import truncate_vnode
 from walgate.storage.users import Users
 from walgate.storage.users_key import USERS_KEY, load_users_key
 from walgate.storage.vnode import Vnode
+from walgate.storage.vnode_snapshot import SNAPSHOTS, Manifest
+from walgate.storage.vnode_snapshot import write as write_snapshot
 from walgate.storage.wal import PendingSync
 from walgate.storage.write_plan import PreparedWrite, WriteRequest, WriteSnapshot
 
@@ -558,6 +560,20 @@ class Engine:
             self.views.open_partition(topic, new)
             self.native.rebuild_producers(topic, new)
         return new
+
+    def snapshot_vnode(self, db_name: str, index: int, snapshot_id: str) -> tuple[Path, Manifest]:
+        """The leader's snapshot of vnode ``index`` of ``db_name`` at its WAL's end, for a follower whose copy ends
+        below its log start (:func:`walgate.storage.vnode_snapshot.write`, its meta store, epoch cache and topics'
+        offset index records): (its directory, its manifest). On the vnode's lane. NotHere when the vnode is not
+        here; StorageUnavailable when the disk refuses (nothing left behind)."""
+        vnode = self.store.local_vnode(db_name, index)
+        topics = {}
+        for t in self.catalog.topics.values():
+            topic_id, idx = self.views.topic_id(t.name), self.store.indexes.get((t.name, index))
+            if t.db == db_name and topic_id is not None and idx is not None:
+                topics[topic_id.hex] = idx
+        root = self.store.db_dir(vnode.db) / SNAPSHOTS
+        return root / snapshot_id, write_snapshot(vnode, topics, root, snapshot_id)
 
     def _close_vnode(self, vnode: Vnode) -> None:
         """Close ``vnode`` (removed from the open vnodes by the caller) and forget what is derived from it in memory:
