@@ -1,8 +1,8 @@
 """The leader's vnode snapshot (docs/plans/vnode-snapshot.md, step 1; walgate.storage.vnode_snapshot): taken at the
 WAL's end of a vgroup whose retention deleted the segments creating its first tables, with a TDengine topic, tables
-made below and above the log start, a DROP TABLE after it and a table made below it re-created with other tags: its meta store copy covers the end
-and holds the leader's tables, its epoch cache starts at the log start, each topic's index records are the leader's
-of ``[S0, L)`` with the log start and end offsets; the stream paged in pieces of any size is the manifest then the
+made below and above the log start, a DROP TABLE after it and a table made below it re-created with other tags: its
+meta store copy covers the end and holds the leader's tables, each topic's index records are the leader's of
+``[S0, L)`` with the log start and end offsets; the stream paged in pieces of any size is the manifest then the
 files, each verified by the manifest. A snapshot taken, then more writes, then another: the first's stream is
 unchanged. A write the disk refuses (ENOSPC, EIO) at any file leaves no snapshot and the vnode serving. A manifest
 with a flipped byte, or naming a file out of the snapshot's directory, is refused."""
@@ -17,8 +17,7 @@ import pytest
 from faults import Faults
 
 from tests.storage.test_truncate import _retained
-from walgate.replication.epochs import EpochEntry
-from walgate.storage import leader_epochs, lines
+from walgate.storage import lines
 from walgate.storage.engine import Engine
 from walgate.storage.errors import StorageUnavailable
 from walgate.storage.meta_store import META_STORE, MetaStore, OpenStores
@@ -61,7 +60,7 @@ def _paged(directory: Path, manifest: Manifest, page: int) -> bytes:
     return bytes(out)
 
 
-def test_a_snapshot_holds_the_tables_epochs_and_topic_offsets_at_the_wal_end(tmp_path: Path) -> None:
+def test_a_snapshot_holds_the_tables_and_topic_offsets_at_the_wal_end(tmp_path: Path) -> None:
     e, vnode, start = _made(tmp_path / "d")
     try:
         directory, m = _snapshot(e, uuid.uuid4().hex)
@@ -76,11 +75,9 @@ def test_a_snapshot_holds_the_tables_epochs_and_topic_offsets_at_the_wal_end(tmp
             assert t0 is not None and t0.tags == {"site": 7} and copy.get("t4").dropped  # type: ignore[union-attr]
         finally:
             copy.close()
-        epochs = leader_epochs._decode((directory / leader_epochs.EPOCH_FILE).read_bytes())
-        assert epochs == (EpochEntry(0, start),)
         idx = e.store.indexes[("tp", 0)]
         [topic] = m.topics
-        assert topic.topic_id == e.views.topic_id("tp").hex and (topic.log_start, topic.end_offset) == (  # type: ignore[union-attr]
+        assert topic.topic_id == e.catalog.topics["tp"].topic_id and (topic.log_start, topic.end_offset) == (  # type: ignore[union-attr]
             idx.start_offset, idx.end_offset) and idx.end_offset > 0
         want = b"".join(pack_record(o, v, c, r) for o, v, c, r in zip(idx.offsets, idx.versions, idx.counts,
                                                                         idx.running_max) if start <= v < end)
@@ -134,7 +131,7 @@ def test_a_refused_write_leaves_no_snapshot_and_the_vnode_serving(tmp_path: Path
             writes = faults.calls["write"]
             _snapshot(e, "count")
             writes = faults.calls["write"] - writes
-            assert writes >= 3  # the epoch file, the topic's records, the manifest
+            assert writes >= 2  # the topic's records, the manifest
             for k in range(1, writes + 1):
                 faults.fail_kind("write", error, at=k)
                 with pytest.raises(StorageUnavailable):
