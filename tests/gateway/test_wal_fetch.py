@@ -57,7 +57,7 @@ from walgate.gateway.metrics import Metrics
 from walgate.gateway.replica_fetcher import FollowedVnode, ReplicaFetcher
 from walgate.gateway.replication_traffic import ReplicationTraffic
 from walgate.gateway.storage_thread import StorageThread
-from walgate.replication.leader import LeaderView
+from walgate.replication.leader import LeaderView, can_join_isr
 from walgate.replication.partition import IsrMember, PartitionState
 from walgate.storage import leader_epochs
 from walgate.storage.engine import Engine
@@ -662,13 +662,23 @@ async def _sql_below_log_start(p: Pair) -> tuple[str, Any]:
 async def test_an_sql_vgroups_copy_below_the_leaders_log_start_is_restored_from_its_snapshot(
         etcd: EtcdCluster, tmp_path: Path) -> None:
     """Its tables and topic offsets below the log start are not in the leader's WAL: the follower pages the leader's
-    snapshot (VnodeSnapshot), installs it and fetches from the log start; its tables, its topic's log start, end
-    offset and index records are then the leader's, its WAL's entries from the log start the leader's, its restoring
-    marker gone."""
+    snapshot (VnodeSnapshot), installs it and fetches from the log start, reporting no durable end until its WAL
+    reaches the snapshot's end (never in the ISR meanwhile); its tables, its topic's log start, end offset and index
+    records are then the leader's, its WAL's entries from the log start the leader's, its restoring marker gone."""
     async with pair(etcd, tmp_path) as p:
-        _, leader_wal = await _sql_below_log_start(p)
+        sql_id, leader_wal = await _sql_below_log_start(p)
         start = leader_wal.first_version
+        p.fetcher.partition_max_bytes = 1  # (one batch a fetch: the restore seen before its end)
+        assert await p.fetcher.fetch_once()  # below the log start
+        assert await p.fetcher.fetch_once()  # restored, its first batch fetched
+        restoring = await p.follower.vnode(DB, 0)
+        assert restoring.restoring is not None and restoring.wal.next_version < restoring.restoring[1]
+        assert p.fetcher.followed[(DB, 0)].restoring  # (its followed epoch None: serving no consumer)
+        view = p.led.views[(sql_id, 0)]
+        assert view.followers[2].durable_end == -1 and not can_join_isr(view.followers[2], view.hw, 0)
+        p.fetcher.partition_max_bytes = 1 << 20
         await p.caught_up()
+        assert await p.fetcher.fetch_once() and not p.fetcher.followed[(DB, 0)].restoring
         follower, leader = await p.follower.vnode(DB, 0), await p.leader.vnode(DB, 0)
         assert follower.restoring is None and follower.wal.first_version == start
         assert sorted((t.name, t.tags, t.dropped) for t in follower.store.all()) == sorted(

@@ -28,8 +28,9 @@ authenticated node link (:class:`~walgate.gateway.kafka.node_links.NodeLinks`), 
   (the tables of the entries retention deleted and a TDengine topic's offsets below them are not in the leader's WAL
   any more): it is restored from the leader's snapshot (docs/plans/vnode-snapshot.md; :meth:`ReplicaFetcher._restore`:
   paged with VnodeSnapshot, staged, installed, then fetched from the snapshot's log start, deriving nothing below its
-  end); a leader of a release that does not answer VnodeSnapshot leaves the vnode no longer fetched and the
-  condition logged at ERROR (it stays as it is, out of the ISR);
+  end; until its WAL reaches that end, :attr:`FollowedVnode.restoring`, its fetches report no durable end, so that
+  it never joins the ISR, and it serves no consumer); a leader of a release that does not answer VnodeSnapshot
+  leaves the vnode no longer fetched and the condition logged at ERROR (it stays as it is, out of the ISR);
 * any other error (a leader epoch not yet or no longer the leader's, NOT_LEADER_OR_FOLLOWER, STALE_BROKER_EPOCH,
   OFFSET_OUT_OF_RANGE at or past the leader's log start: an epoch the leader cannot end, which a leader elected by
   the controller never answers; a storage refusal): kept in :attr:`FollowedVnode.error`, and that vnode alone left
@@ -119,6 +120,8 @@ class FollowedVnode:
     in_sync: bool = False  # caught up (lag 0) after the last answer applied: never held back by the throttle
     start_at: int | None = None  # its copy ends below the leader's log start: emptied and started at this version
     # before its next fetch (Kafka's truncateFullyAndStartAt), else None
+    restoring: bool = False  # restored from its leader's snapshot, its WAL not at the snapshot's end yet (as its
+    # last position read): never in the ISR, never serving consumers (docs/plans/vnode-snapshot.md, step 4)
 
     @property
     def key(self) -> VnodeKey:
@@ -132,6 +135,7 @@ class _Position:
     durable_version: int
     epochless: bool = False  # entries in its WAL, no leader epoch known for them: cut to the HW before fetching
     log_starts: Mapping[uuid.UUID, int] = dataclasses.field(default_factory=dict)  # its topics' log starts past 0
+    restoring: bool = False  # its WAL below the end of the snapshot it was restored from (Vnode.restoring)
 
 
 def followed_hw(vnode: FollowedVnode, _end: int, _durable: int) -> int:
@@ -151,10 +155,12 @@ def _position(engine: Engine, db: str, vgroup: int) -> _Position:
     vnode = engine.store.local_vnode(db, vgroup)
     wal = vnode.wal
     starts = engine.views.log_starts(db, vgroup)
+    restoring = vnode.restoring is not None
     if vnode.epochs.entries:
-        return _Position(wal.next_version, vnode.epochs.latest_epoch, wal.durable_version, log_starts=starts)
+        return _Position(wal.next_version, vnode.epochs.latest_epoch, wal.durable_version, log_starts=starts,
+                         restoring=restoring)
     return _Position(wal.next_version, -1, wal.durable_version, epochless=wal.next_version != wal.first_version,
-                     log_starts=starts)
+                     log_starts=starts, restoring=restoring)
 
 
 def _positions(engine: Engine, vnodes: list[FollowedVnode]) -> list[_Position | StorageError]:
@@ -279,6 +285,8 @@ class ReplicaFetcher:
                 log.warning("vnode %d of database %s is not fetched now: %s", v.vgroup, v.db, p)
                 self._settle(v, ErrorCode.kafka_storage_error)
         fetched = [(v, p) for v, p in zip(vnodes, read) if isinstance(p, _Position)]
+        for v, p in fetched:
+            v.restoring = p.restoring
         if not fetched:
             return False
         epochless = {v.key: v for v, p in fetched if p.epochless and not v.cut_to_hw}
@@ -296,7 +304,8 @@ class ReplicaFetcher:
                 _PARTITIONS[version](
                     db_id=uuid.UUID(v.db_id), vgroup=v.vgroup, current_leader_epoch=v.leader_epoch,
                     fetch_version=p.fetch_version, last_fetched_epoch=p.last_fetched_epoch,
-                    durable_version=p.durable_version, partition_max_bytes=self.partition_max_bytes,
+                    durable_version=-1 if p.restoring else p.durable_version,
+                    partition_max_bytes=self.partition_max_bytes,
                     **({"log_starts": tuple(_LOG_START(topic_id=t, start_offset=o) for t, o in p.log_starts.items())}
                        if version >= 1 else {}))
                 for v, p in zip(vnodes, positions)))
@@ -423,7 +432,7 @@ class ReplicaFetcher:
         if self.followed.get(v.key) is not v:
             return False
         vnode = self.engine.install_vnode_snapshot(v.db, v.vgroup)
-        v.high_watermark = vnode.wal.next_version
+        v.high_watermark, v.restoring = vnode.wal.next_version, True
         vnode.wal.replication = functools.partial(followed_hw, v)
         return True
 

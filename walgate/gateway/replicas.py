@@ -275,7 +275,8 @@ class ReplicaManager:
         if fetching is None:
             return None
         followed = tuple(fetching.fetcher.followed.values())  # (one C-level copy: the loop may change the map)
-        return next((v.leader_epoch for v in followed if v.db_id == db_id and v.vgroup == vgroup), None)
+        v = next((v for v in followed if v.db_id == db_id and v.vgroup == vgroup), None)
+        return None if v is None or v.restoring else v.leader_epoch  # (a copy restoring from a snapshot serves none)
 
     def led_database(self, db: DatabaseDef) -> DatabaseDef:
         """``db`` as SQL writes and reads are routed: each replicated vgroup's replicas with its current leader (its
