@@ -8,7 +8,7 @@ topic's index records and end offset and the WAL's bytes then equal the leader's
 of the restore. A staged file flipped or cut is refused (the staging removed, the old copy served as it was); the
 disk refusing a staged write or the marker leaves the old copy served. A crash at each step opens what the disk
 holds: staging half written (removed, the old copy), staged with the old copy deleted (removed, an empty copy that
-fetches again), renamed (restoring), a damaged marker (the copy deleted, empty)."""
+fetches again), renamed (restoring), a damaged marker (the copy deleted, empty). A restoring copy refuses to lead."""
 
 from __future__ import annotations
 
@@ -19,9 +19,11 @@ from pathlib import Path
 import pytest
 from faults import Faults
 
+from walgate.gateway.replicas import _take_over
+from walgate.replication.partition import IsrMember, PartitionState
 from walgate.storage import replicated
 from walgate.storage.engine import Engine
-from walgate.storage.errors import StorageUnavailable
+from walgate.storage.errors import StorageUnavailable, Unsupported
 from walgate.storage.fileio import SyncLatency
 from walgate.storage.moved_vnodes import delete_vnode_dir
 from walgate.storage.vnode import Vnode
@@ -224,6 +226,21 @@ def test_a_crash_at_each_step_of_the_install_opens_what_the_disk_holds(tmp_path:
             assert vnode.get("t0").tags == {"site": 7}  # type: ignore[union-attr]
         else:  # an empty copy, fetched again from 0: below the log start, a snapshot again
             assert (vnode.wal.next_version, vnode.restoring, vnode.live_count) == (0, None, 0)
+    finally:
+        follower.close()
+        leader.close()
+
+
+def test_a_copy_restoring_from_a_snapshot_refuses_to_lead(tmp_path: Path) -> None:
+    """An election of it (an unclean one: it never joins the ISR) finds its takeover refused, nothing begun."""
+    leader, _, _, follower = _pair(tmp_path)
+    try:
+        _staged(leader, follower)
+        restoring = follower.install_vnode_snapshot("old", 0)
+        state = PartitionState((1, 2), 2, 3, 3, (IsrMember(2, 1),), (), 1)
+        with pytest.raises(Unsupported, match="cannot lead"):
+            _take_over(follower, ("old", 0), state, 2, 1, 0, 30_000)
+        assert restoring.epochs.latest_epoch < 3 and not restoring.wal.leading
     finally:
         follower.close()
         leader.close()
