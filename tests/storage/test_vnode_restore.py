@@ -19,9 +19,10 @@ from pathlib import Path
 import pytest
 from faults import Faults
 
+from walgate.gateway.replica_fetcher import _position
 from walgate.gateway.replicas import _take_over
 from walgate.replication.partition import IsrMember, PartitionState
-from walgate.storage import replicated
+from walgate.storage import lines, replicated
 from walgate.storage.engine import Engine
 from walgate.storage.errors import StorageUnavailable, Unsupported
 from walgate.storage.fileio import SyncLatency
@@ -123,10 +124,13 @@ def test_a_copy_restored_from_the_snapshot_equals_the_leaders_also_across_a_rest
         assert _tables(restored) == _tables(lv) and restored.get("t7") is not None
         assert _offsets(follower, start) == _offsets(leader, start)
         assert _wal(restored, start) == _wal(lv, start) != []
+        (restored.dir / RESTORING).write_bytes(lines.encode({"start": start, "end": end}))  # (a crash before it went)
         follower.close()
         follower = Engine.open(tmp_path / "f")
         assert _tables(follower.vnodes["old"][0]) == _tables(lv)
         assert _offsets(follower, start) == _offsets(leader, start)
+        assert follower.vnodes["old"][0].restoring == (start, end)
+        assert not _position(follower, "old", 0).restoring and not (restored.dir / RESTORING).exists()
     finally:
         follower.close()
         leader.close()

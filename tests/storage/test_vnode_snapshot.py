@@ -4,8 +4,8 @@ made below and above the log start, a DROP TABLE after it and a table made below
 meta store copy covers the end and holds the leader's tables, each topic's index records are the leader's of
 ``[S0, L)`` with the log start and end offsets; the stream paged in pieces of any size is the manifest then the
 files, each verified by the manifest. A snapshot taken, then more writes, then another: the first's stream is
-unchanged. A write the disk refuses (ENOSPC, EIO) at any file leaves no snapshot and the vnode serving. A manifest
-with a flipped byte, or naming a file out of the snapshot's directory, is refused."""
+unchanged. 5000 subtables page whole. A write the disk refuses (ENOSPC, EIO) at any file leaves no snapshot and the
+vnode serving. A manifest with a flipped byte, or naming a file out of the snapshot's directory, is refused."""
 
 from __future__ import annotations
 
@@ -164,3 +164,20 @@ def test_a_damaged_manifest_or_one_naming_a_file_out_of_the_snapshot_is_refused(
     for start, end in ((2, 1), (-1, 1)):
         with pytest.raises(ValueError):
             Manifest.decode(lines.encode({"id": "m", "start": start, "end": end, "files": [], "topics": []})[:-1])
+
+
+def test_a_snapshot_of_many_subtables_pages_whole(tmp_path: Path) -> None:
+    e, vnode, _ = _made(tmp_path / "d")
+    try:
+        n = 5000
+        e.execute("INSERT INTO " + " ".join(f"old.m{i} USING old.st TAGS ({i}) VALUES (1000, {i})" for i in range(n)))
+        directory, m = _snapshot(e, "many")
+        stream = _paged(directory, m, 64 << 10)
+        assert len(stream) == m.total_bytes > 100 * n
+        copy = MetaStore.open(directory / META_STORE, OpenStores())
+        try:
+            assert sum(1 for t in copy.all() if t.name.startswith("m")) == n and copy.live == vnode.live_count
+        finally:
+            copy.close()
+    finally:
+        e.close()

@@ -151,10 +151,14 @@ def _position(engine: Engine, db: str, vgroup: int) -> _Position:
     and then wrote nothing in (a lease storm's brief leadership, issue 25). Naming no epoch there got the leader's
     older entries refused on every fetch (:meth:`Vnode.append_replicated
     <walgate.storage.vnode.Vnode.append_replicated>`: older than the cache's latest); naming it gets the divergence,
-    whose cut at the WAL's end drops the empty epoch (:func:`walgate.storage.truncation.truncate_vnode`)."""
+    whose cut at the WAL's end drops the empty epoch (:func:`walgate.storage.truncation.truncate_vnode`). A copy
+    restored from a snapshot whose WAL reached the snapshot's end at its last start has its restoring marker removed
+    here (its topics' indexes were opened from that end on)."""
     vnode = engine.store.local_vnode(db, vgroup)
     wal = vnode.wal
     starts = engine.views.log_starts(db, vgroup)
+    if vnode.restoring is not None and wal.next_version >= vnode.restoring[1]:
+        vnode.restored()  # (opened with its WAL past the snapshot's end, a crash before the marker went: derived)
     restoring = vnode.restoring is not None
     if vnode.epochs.entries:
         return _Position(wal.next_version, vnode.epochs.latest_epoch, wal.durable_version, log_starts=starts,
