@@ -8,16 +8,24 @@ topic's index records and end offset and the WAL's bytes then equal the leader's
 of the restore. A staged file flipped or cut is refused (the staging removed, the old copy served as it was); the
 disk refusing a staged write or the marker leaves the old copy served. A crash at each step opens what the disk
 holds: staging half written (removed, the old copy), staged with the old copy deleted (removed, an empty copy that
-fetches again), renamed (restoring), a damaged marker (the copy deleted, empty). A restoring copy refuses to lead."""
+fetches again), renamed (restoring), a damaged marker (the copy deleted, empty); a kill -9 of a process restoring
+it, at each step (staging, marker written, old copy deleted, renamed, appending ``[S0, L)``, marker removed, done),
+opens what the disk holds and the restore then finishes with the leader's tables, offsets and entries. A restoring
+copy refuses to lead."""
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 from faults import Faults
+from old_release import REPO
 
 from walgate.gateway.replica_fetcher import _position
 from walgate.gateway.replicas import _take_over
@@ -245,6 +253,96 @@ def test_a_copy_restoring_from_a_snapshot_refuses_to_lead(tmp_path: Path) -> Non
         with pytest.raises(Unsupported, match="cannot lead"):
             _take_over(follower, ("old", 0), state, 2, 1, 0, 30_000)
         assert restoring.epochs.latest_epoch < 3 and not restoring.wal.leading
+    finally:
+        follower.close()
+        leader.close()
+
+
+KILLED = r"""
+import sys, time
+from pathlib import Path
+from walgate.storage import engine as engine_module, fileio, replicated
+from walgate.storage.engine import Engine
+from walgate.storage.fileio import SyncLatency
+from walgate.storage.vnode import Vnode
+from walgate.storage.vnode_snapshot import Staging, read
+root, point = Path(sys.argv[1]), sys.argv[2]
+
+def pause(at):
+    if point == at:
+        print("paused", flush=True)
+        time.sleep(600)
+
+def after(owner, name, at):
+    real = getattr(owner, name)
+    def paused(*args, **kwargs):
+        out = real(*args, **kwargs)
+        pause(at)
+        return out
+    setattr(owner, name, paused)
+
+after(engine_module, "prepare_install", "marker")
+after(engine_module, "delete_vnode_dir", "deleted")
+after(fileio, "rename", "renamed")
+after(Vnode, "restored", "restored")
+leader, follower = Engine.open(root / "l"), Engine.open(root / "f")
+directory, m = leader.snapshot_vnode("old", 0, "k")
+staging = Staging(follower.staging_dir("old", 0), m.total_bytes, SyncLatency())
+while not staging.done:
+    staging.take(staging.position, read(directory, m, staging.position, 97))
+    if staging.position > m.total_bytes // 2:
+        pause("staging")
+follower.install_vnode_snapshot("old", 0)
+lv = leader.vnodes["old"][0]
+while follower.vnodes["old"][0].wal.next_version < lv.wal.next_version:
+    vnode = follower.vnodes["old"][0]
+    at = vnode.wal.next_version
+    region = lv.wal.batches_from(at, 1, lv.wal.next_version)  # (one batch at a time)
+    replicated.append_replicated(follower.store, follower.views, vnode, region.read(), at, 0)
+    pause("appending")
+pause("done")
+"""
+"""A child restoring the follower's copy (``argv``: the root of test_vnode_restore's pair, the point to pause at),
+paused at the point: its parent kills it there (SIGKILL)."""
+
+
+@pytest.mark.parametrize("point", ["staging", "marker", "deleted", "renamed", "appending", "restored", "done"])
+def test_a_kill_9_at_each_step_of_a_restore_opens_what_the_disk_holds_and_the_restore_finishes(
+        tmp_path: Path, point: str) -> None:
+    leader, lv, start, follower = _pair(tmp_path)
+    follower.execute("INSERT INTO old.f0 USING old.st TAGS (1) VALUES (1000, 1)")
+    before = _old_copy(follower)
+    leader.close()
+    follower.close()
+    child = subprocess.Popen([sys.executable, "-c", KILLED, str(tmp_path), point], cwd=REPO, stdout=subprocess.PIPE,
+                             env={**os.environ, "PYTHONPATH": str(REPO)})
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline() == b"paused\n"
+    finally:
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait(timeout=60)
+    leader, follower = Engine.open(tmp_path / "l"), Engine.open(tmp_path / "f")
+    try:
+        lv = leader.vnodes["old"][0]
+        vnode = follower.vnodes["old"][0]
+        assert not follower.staging_dir("old", 0).exists()
+        if point in ("staging", "marker"):  # the old copy, as it was
+            assert _old_copy(follower) == before and vnode.restoring is None
+        elif point == "deleted":  # none: an empty copy, fetched again from 0 (below the log start: restored again)
+            assert (vnode.wal.next_version, vnode.restoring, vnode.live_count) == (0, None, 0)
+        elif point in ("renamed", "appending"):
+            assert vnode.restoring is not None and vnode.restoring[0] == start
+        else:
+            assert vnode.restoring is None and vnode.wal.next_version == lv.wal.next_version
+        if vnode.restoring is None and vnode.wal.next_version < lv.wal.first_version:
+            _staged(leader, follower)
+            follower.install_vnode_snapshot("old", 0)
+        _copy(lv, follower, lv.wal.next_version)
+        restored = follower.vnodes["old"][0]
+        assert restored.restoring is None and _tables(restored) == _tables(lv)
+        assert _offsets(follower, start) == _offsets(leader, start)
+        assert _wal(restored, start) == _wal(lv, start) != []
     finally:
         follower.close()
         leader.close()
