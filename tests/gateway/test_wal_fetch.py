@@ -39,6 +39,7 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -663,8 +664,9 @@ async def test_an_sql_vgroups_copy_below_the_leaders_log_start_is_restored_from_
         etcd: EtcdCluster, tmp_path: Path) -> None:
     """Its tables and topic offsets below the log start are not in the leader's WAL: the follower pages the leader's
     snapshot (VnodeSnapshot), installs it and fetches from the log start, reporting no durable end until its WAL
-    reaches the snapshot's end (never in the ISR meanwhile); its tables, its topic's log start, end offset and index
-    records are then the leader's, its WAL's entries from the log start the leader's, its restoring marker gone."""
+    reaches the snapshot's end (never in the ISR meanwhile; a divergence below that end has it restored anew); its
+    tables, its topic's log start, end offset and index records are then the leader's, its WAL's entries from the log
+    start the leader's, its restoring marker gone."""
     async with pair(etcd, tmp_path) as p:
         sql_id, leader_wal = await _sql_below_log_start(p)
         start = leader_wal.first_version
@@ -676,10 +678,19 @@ async def test_an_sql_vgroups_copy_below_the_leaders_log_start_is_restored_from_
         assert p.fetcher.followed[(DB, 0)].restoring  # (its followed epoch None: serving no consumer)
         view = p.led.views[(sql_id, 0)]
         assert view.followers[2].durable_end == -1 and not can_join_isr(view.followers[2], view.hw, 0)
+        followed = p.fetcher.followed[(DB, 0)]  # a divergence below the snapshot's end (a leader that lost it):
+        diverging = SimpleNamespace(error_code=0, log_start_version=start,
+                                    diverging_epoch=SimpleNamespace(epoch=1, end_version=start + 1))
+        position = replica_fetcher._Position(restoring.wal.next_version, 1, restoring.wal.durable_version,
+                                             restoring=True)
+        assert await p.fetcher._apply(followed, position, diverging, 1) == ErrorCode.none
+        assert followed.start_at == start and not followed.cut_unfinished  # nothing cut: restored anew next
+        assert (await p.follower.vnode(DB, 0)).wal.next_version == restoring.wal.next_version
         p.fetcher.partition_max_bytes = 1 << 20
         await p.caught_up()
         assert await p.fetcher.fetch_once() and not p.fetcher.followed[(DB, 0)].restoring
         follower, leader = await p.follower.vnode(DB, 0), await p.leader.vnode(DB, 0)
+        assert follower is not restoring  # (installed anew after the divergence)
         assert follower.restoring is None and follower.wal.first_version == start
         assert sorted((t.name, t.tags, t.dropped) for t in follower.store.all()) == sorted(
             (t.name, t.tags, t.dropped) for t in leader.store.all())

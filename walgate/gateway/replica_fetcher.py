@@ -29,7 +29,8 @@ authenticated node link (:class:`~walgate.gateway.kafka.node_links.NodeLinks`), 
   any more): it is restored from the leader's snapshot (docs/plans/vnode-snapshot.md; :meth:`ReplicaFetcher._restore`:
   paged with VnodeSnapshot, staged, installed, then fetched from the snapshot's log start, deriving nothing below its
   end; until its WAL reaches that end, :attr:`FollowedVnode.restoring`, its fetches report no durable end, so that
-  it never joins the ISR, and it serves no consumer); a leader of a release that does not answer VnodeSnapshot
+  it never joins the ISR, and it serves no consumer; a divergence below that end, which no cut can undo, has it
+  restored anew); a leader of a release that does not answer VnodeSnapshot
   leaves the vnode no longer fetched and the condition logged at ERROR (it stays as it is, out of the ISR);
 * any other error (a leader epoch not yet or no longer the leader's, NOT_LEADER_OR_FOLLOWER, STALE_BROKER_EPOCH,
   OFFSET_OUT_OF_RANGE at or past the leader's log start: an epoch the leader cannot end, which a leader elected by
@@ -73,6 +74,7 @@ from walgate.replication.epochs import EpochEnd, LeaderEpochCache, follower_trun
 from walgate.storage.engine import Engine
 from walgate.storage.errors import StorageError, Unsupported
 from walgate.storage.lanes import VnodeKey
+from walgate.storage.vnode import HalfRestored
 from walgate.storage.vnode_snapshot import Staging
 from walgate.wire.errors import ErrorCode
 from walgate.wire.protocol import request_class
@@ -475,6 +477,11 @@ class ReplicaFetcher:
                     _truncation_point, self.engine, v.db, v.vgroup, diverging))
                 try:
                     cut = await self.storage.call(self._truncate, v, to)
+                except HalfRestored:  # (its tables are the snapshot's end's, which no cut undoes: restored anew)
+                    log.warning("vnode %d of database %s: diverging from node %d below the end of the snapshot it "
+                                "is restoring from: restored anew", v.vgroup, v.db, self.source)
+                    v.start_at = int(answer.log_start_version)
+                    return ErrorCode.none
                 except StorageError:
                     v.cut_unfinished = True
                     raise
