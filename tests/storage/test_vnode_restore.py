@@ -15,17 +15,13 @@ copy refuses to lead."""
 
 from __future__ import annotations
 
-import os
 import shutil
-import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 from faults import Faults
-from old_release import REPO
+from old_release import killed_when_paused
 
 from walgate.gateway.replica_fetcher import _position
 from walgate.gateway.replicas import _take_over
@@ -314,14 +310,7 @@ def test_a_kill_9_at_each_step_of_a_restore_opens_what_the_disk_holds_and_the_re
     before = _old_copy(follower)
     leader.close()
     follower.close()
-    child = subprocess.Popen([sys.executable, "-c", KILLED, str(tmp_path), point], cwd=REPO, stdout=subprocess.PIPE,
-                             env={**os.environ, "PYTHONPATH": str(REPO)})
-    try:
-        assert child.stdout is not None
-        assert child.stdout.readline() == b"paused\n"
-    finally:
-        os.kill(child.pid, signal.SIGKILL)
-        child.wait(timeout=60)
+    killed_when_paused(KILLED, str(tmp_path), point)
     leader, follower = Engine.open(tmp_path / "l"), Engine.open(tmp_path / "f")
     try:
         lv = leader.vnodes["old"][0]
