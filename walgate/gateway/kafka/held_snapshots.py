@@ -10,12 +10,13 @@ paged by that follower alone, as Kafka's leader serves a KRaft snapshot to a fet
 * each is held :data:`IDLE_MS` after its last page, then dropped; at most :data:`LIMIT` in all (the oldest dropped
   first), so that the disk a leader spends on them is bounded whatever its followers do.
 
-Every change returns the snapshots it dropped: the caller removes their directories. Used on the storage lane of the
-vnode (the handler's calls), never concurrently.
+Every change returns the snapshots it dropped: the caller removes their directories. Used on the storage lanes of
+the vnodes paged (the handler's calls), which may run at once: each method holds a lock.
 """
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -50,6 +51,7 @@ class HeldSnapshots:
         self.idle_ms = idle_ms
         self.limit = limit
         self._held: dict[str, Held] = {}  # by snapshot id, oldest first
+        self._lock = threading.Lock()
 
     def __len__(self) -> int:
         return len(self._held)
@@ -57,6 +59,11 @@ class HeldSnapshots:
     def add(self, held: Held, now_ms: int) -> list[Held]:
         """Hold ``held`` (its ``expires_ms`` set from ``now_ms``); the snapshots it displaced, expired or pushed out."""
         gone = self.expire(now_ms)
+        with self._lock:
+            return gone + self._add(held, now_ms)
+
+    def _add(self, held: Held, now_ms: int) -> list[Held]:
+        gone = []
         for sid, h in list(self._held.items()):
             if (h.db_id, h.vgroup, h.replica) == (held.db_id, held.vgroup, held.replica):
                 gone.append(self._held.pop(sid))
@@ -69,16 +76,18 @@ class HeldSnapshots:
              now_ms: int) -> Held | None:
         """Snapshot ``snapshot_id`` when it is held for this follower of this vnode in this leader epoch (its expiry
         moved on from ``now_ms``), else None."""
-        h = self._held.get(snapshot_id)
-        if h is None or h.expires_ms <= now_ms or (h.db_id, h.vgroup, h.replica, h.leader_epoch) != (
-                db_id, vgroup, replica, leader_epoch):
-            return None
-        self._held[snapshot_id] = h = replace(h, expires_ms=now_ms + self.idle_ms)
-        return h
+        with self._lock:
+            h = self._held.get(snapshot_id)
+            if h is None or h.expires_ms <= now_ms or (h.db_id, h.vgroup, h.replica, h.leader_epoch) != (
+                    db_id, vgroup, replica, leader_epoch):
+                return None
+            self._held[snapshot_id] = h = replace(h, expires_ms=now_ms + self.idle_ms)
+            return h
 
     def expire(self, now_ms: int) -> list[Held]:
         """Drop the snapshots not paged for :attr:`idle_ms`; those dropped."""
-        gone = [h for h in self._held.values() if h.expires_ms <= now_ms]
-        for h in gone:
-            del self._held[h.manifest.snapshot_id]
-        return gone
+        with self._lock:
+            gone = [h for h in self._held.values() if h.expires_ms <= now_ms]
+            for h in gone:
+                del self._held[h.manifest.snapshot_id]
+            return gone
