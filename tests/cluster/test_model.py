@@ -60,12 +60,12 @@ def test_a_controlled_shutdown_mark_round_trips_and_is_absent_from_a_node_not_sh
         NodeInfo.decode(marked.encode().replace(b"true", b'"yes"'))
 
 
-def test_internal_api_versions_round_trip_and_an_older_registration_answers_version_0() -> None:
+def test_internal_api_versions_round_trip_and_an_older_registration_answers_version_0_of_walfetch_only() -> None:
     info = NodeInfo(1, "inc", ("PLAINTEXT://h:1",))
-    assert b"internal" not in info.encode() and info.internal_version(10001) == 0
+    assert b"internal" not in info.encode() and (info.internal_version(10001), info.internal_version(10002)) == (0, -1)
     newer = dataclasses.replace(info, internal=((10001, 1), (10002, 3)))
     assert NodeInfo.decode(newer.encode()) == newer
-    assert (newer.internal_version(10001), newer.internal_version(10002), newer.internal_version(10003)) == (1, 3, 0)
+    assert (newer.internal_version(10001), newer.internal_version(10002), newer.internal_version(10003)) == (1, 3, -1)
     with pytest.raises(ControlPlaneError):
         NodeInfo.decode(newer.encode().replace(b'"10001": 1', b'"10001": "x"'))
 

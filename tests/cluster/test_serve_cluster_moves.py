@@ -15,11 +15,19 @@ and every row written before and after is counted through every node.
 
 A topic partition whose leader's retention deleted its first segments is then moved to the fourth node, which held
 none of it and is made its leader: its copy starts at the leader's log start (Kafka's ``truncateFullyAndStartAt``),
-catches up, and serves every value from the log start on."""
+catches up, and serves every value from the log start on.
+
+A ``REPLICA 3`` SQL database's vgroup whose WAL retention deleted the segments creating its first subtables is then
+moved to the node that did not hold it and the two followers (the leader left out), while rows go on being written into
+a subtable made below the log start and into new ones: that node restores its copy from the leader's vnode snapshot
+(docs/plans/vnode-snapshot.md), catches up, joins the ISR and leads; it then lists every subtable, those made below
+the log start too, and holds every row acknowledged during the move."""
 
 from __future__ import annotations
 
+import threading
 import time
+import urllib.error
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -65,6 +73,7 @@ def test_replicas_moved_to_nodes_not_holding_them_keep_every_write(etcd1: EtcdCl
         moves_of_a_topic(etcd1, nodes)
         move_of_a_databases_vgroup(etcd1, nodes)
         move_below_the_log_start(nodes)
+        move_of_a_trimmed_vgroup(etcd1, nodes)
         for server in nodes:
             no_traceback(server)
 
@@ -111,17 +120,28 @@ def moves_of_a_topic(etcd: EtcdCluster, nodes: list[WalgateServer]) -> None:
         assert [v for _, v in final.reads] == [v for _, v in acknowledged]
 
 
+def replica3_vgroup(etcd: EtcdCluster, n1: WalgateServer, database: str, stable: str,
+                    topic: str) -> tuple[set[str], list[int], int]:
+    """A ``REPLICA 3`` database of one vgroup, its supertable and a topic over it made through ``n1`` by the three
+    statements, once led with three replicas in sync: (the database ids of the partition states before it, its
+    replicas, the node of the four holding none)."""
+    before = {key.split(b"/")[-2].decode() for key in partition_states(etcd)}
+    for statement in (database, stable, topic):
+        sql(n1, statement)
+    name = topic.split()[2]
+    eventually(f"{name}'s vgroup led, three replicas in sync", lambda: len(described(n1, name)[0][2]) == 3)
+    placed = list(described(n1, name)[0][1])
+    [outsider] = {1, 2, 3, 4} - set(placed)
+    return before, placed, outsider
+
+
 def move_of_a_databases_vgroup(etcd: EtcdCluster, nodes: list[WalgateServer]) -> None:
     """A ``REPLICA 3`` database's vgroup moved to a set with the node that did not hold it (the module docstring)."""
     n1 = nodes[0]
     eventually("four ready nodes", lambda: [r[2] for r in sql(n1, "SHOW DNODES")] == ["ready"] * 4)
-    before = {key.split(b"/")[-2].decode() for key in partition_states(etcd)}
-    sql(n1, "CREATE DATABASE r VGROUPS 1 REPLICA 3")
-    sql(n1, "CREATE STABLE r.st (ts TIMESTAMP, v BIGINT) TAGS (k INT)")
-    sql(n1, "CREATE TOPIC rt AS DATABASE r")
-    eventually("the vgroup led, three replicas in sync", lambda: len(described(n1, "rt")[0][2]) == 3)
-    placed = described(n1, "rt")[0][1]
-    [outsider] = {1, 2, 3, 4} - set(placed)
+    before, placed, outsider = replica3_vgroup(etcd, n1, "CREATE DATABASE r VGROUPS 1 REPLICA 3",
+                                               "CREATE STABLE r.st (ts TIMESTAMP, v BIGINT) TAGS (k INT)",
+                                               "CREATE TOPIC rt AS DATABASE r")
     target, left_out = [outsider, *placed[:2]], placed[2]
     copy = {i: s.data_dir / "db" / new_db_id(etcd, before) / "vnode0" for i, s in enumerate(nodes, 1)}
     assert not copy[outsider].exists()
@@ -175,3 +195,65 @@ def move_below_the_log_start(nodes: list[WalgateServer]) -> None:
         consumer.close()
     assert values == list(range(low, high))
     assert "it starts at version" in n4.log()
+
+
+def move_of_a_trimmed_vgroup(etcd: EtcdCluster, nodes: list[WalgateServer]) -> None:
+    """A ``REPLICA 3`` vgroup whose first segments WAL retention deleted, moved under writes (the module docstring)."""
+    before, placed, outsider = replica3_vgroup(
+        etcd, nodes[0], "CREATE DATABASE rk VGROUPS 1 REPLICA 3 WAL_SEGMENT_SIZE 1 WAL_RETENTION_PERIOD 0",
+        "CREATE STABLE rk.st (ts TIMESTAMP, v BIGINT, pad VARCHAR(200)) TAGS (k INT)",
+        "CREATE TOPIC rkt AS SELECT ts, v FROM rk.st WHERE k >= 0")
+    n1 = nodes[0]
+    leading = described(n1, "rkt")[0][0]
+    target = [outsider, *(n for n in placed if n != leading)]  # (the leader left out: the outsider elected)
+    leader = nodes[leading - 1]
+    sql(leader, "INSERT INTO rk.w USING rk.st TAGS (-1) VALUES (1600000000000, -1, 'w')")  # (below the log start)
+    pad = "p" * 200
+    for t in range(24):  # ~5 MB: 1 MiB segments, the sealed ones deleted by retention
+        sql(leader, f"INSERT INTO rk.t{t} USING rk.st TAGS ({t}) VALUES " + " ".join(
+            f"({1_700_000_000_000 + i}, {i}, '{pad}')" for i in range(1000)))
+    consumer = Consumer({"bootstrap.servers": bootstrap(nodes), "group.id": "rkt", "enable.auto.commit": False})
+    try:
+        def low() -> int:
+            try:
+                return int(consumer.get_watermark_offsets(TopicPartition("rkt", 0), timeout=30)[0])
+            except KafkaException:
+                return -1
+        eventually("retention deleted rk's first segments", lambda: low() > 0)
+    finally:
+        consumer.close()
+    acked: list[int] = []
+    stop = threading.Event()
+
+    def write() -> None:  # rows into w (made below the log start) and into new subtables, through any node
+        for i in range(10_000):
+            if stop.is_set():
+                return
+            server = nodes[i % len(nodes)]
+            try:
+                sql(server, f"INSERT INTO rk.w VALUES ({1_600_000_000_001 + i}, {i}, 'w') "
+                            f"rk.n{i % 7} USING rk.st TAGS ({100 + i % 7}) VALUES ({1_600_000_000_001 + i}, {i}, 'n')")
+                acked.append(i)
+            except (urllib.error.URLError, OSError):  # (refused while leadership moves: not acknowledged)
+                pass
+            time.sleep(0.02)
+
+    writer = threading.Thread(target=write, name="rk-writer")
+    writer.start()
+    try:
+        eventually("rows acknowledged", lambda: len(acked) > 10)
+        assert move(nodes[outsider - 1].kafka_port, target, "rkt") == (ErrorCode.none, ErrorCode.none)
+        eventually(f"moved to {target}: node {outsider} restored from the snapshot, caught up and leads",
+                   lambda: described(n1, "rkt")[0] == (outsider, target, sorted(target)))
+        count = len(acked)
+        eventually("rows acknowledged after the move", lambda: len(acked) > count + 10)
+    finally:
+        stop.set()
+        writer.join(60)
+    new = nodes[outsider - 1]
+    assert "restored from its snapshot" in new.log()
+    tables = {r[0] for r in sql(new, "SHOW rk.TABLES")}
+    assert {"w", *(f"t{t}" for t in range(24)), *(f"n{k}" for k in range(7))} <= tables
+    got = sorted(r[0] for r in sql(new, "SELECT v FROM rk.w WHERE v >= 0"))
+    assert set(acked) <= set(got) and got == sorted(set(got)), (len(acked), len(got))
+    assert new_db_id(etcd, before)

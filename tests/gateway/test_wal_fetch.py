@@ -16,8 +16,9 @@ from ApiVersions; a fetcher cancelled in any event-loop iteration of a fetch end
 the leader's or the follower's side (KIP-73) stays within the rate (the bytes recorded in the quota over time, an
 upper bound) and ends with equal WALs; a Kafka-native partition's copy ending below the leader's log start is emptied
 and started there (Kafka's ``truncateFullyAndStartAt``; again at a later fetch when the disk refused the first try)
-and then equals the leader's log, offsets and producer state, also after a restart; an SQL vgroup's is no longer
-fetched and says why.
+and then equals the leader's log, offsets and producer state, also after a restart; an SQL vgroup's is restored from
+the leader's snapshot (VnodeSnapshot) and then holds the leader's tables and entries, or, from a leader that does not
+answer VnodeSnapshot, is no longer fetched and says why.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -56,7 +58,7 @@ from walgate.gateway.metrics import Metrics
 from walgate.gateway.replica_fetcher import FollowedVnode, ReplicaFetcher
 from walgate.gateway.replication_traffic import ReplicationTraffic
 from walgate.gateway.storage_thread import StorageThread
-from walgate.replication.leader import LeaderView
+from walgate.replication.leader import LeaderView, can_join_isr
 from walgate.replication.partition import IsrMember, PartitionState
 from walgate.storage import leader_epochs
 from walgate.storage.engine import Engine
@@ -627,29 +629,106 @@ async def test_a_follower_takes_its_leaders_log_start_and_reports_its_own(
         assert p.follower.engine.store.indexes[(TOPIC, 0)].start_offset == 3
 
 
-async def test_an_sql_vgroups_copy_below_the_leaders_log_start_is_no_longer_fetched(
+async def _sql_below_log_start(p: Pair) -> tuple[str, Any]:
+    """``DB`` (1 MiB segments, ``REPLICA 3`` on nodes 1-3, two of them here, as a cluster's catalog makes it, with a TDengine topic
+    ``rows``) led by node 1 in epoch 1, unfollowed while rows and subtables fill its first segment, which is then
+    deleted, then a subtable made and one dropped; followed again: (its id, the leader's WAL)."""
+    for side in (p.leader, p.follower):
+        await side.call(side.engine.cluster_mode, True)
+        await side.call(side.engine.set_dnodes, (), {1: None, 2: None, 3: None})
+    seq = 0
+    for statement in (f"CREATE DATABASE {DB} VGROUPS 1 REPLICA 3 WAL_SEGMENT_SIZE 1 {WAL}", STABLE,
+                      f"CREATE TOPIC rows AS SELECT ts, current FROM {DB}.meters WHERE g > 0"):
+        _, records = await p.leader.call(p.leader.engine.staged, p.leader.engine.execute, statement)
+        for record in records:
+            seq += 1
+            for side in (p.leader, p.follower):
+                assert await side.call(side.engine.apply_shared, seq, record)
+    sql_id = await p.leader.db_id(DB)
+    await p.lead(DB, 1, 1)
+    (await p.leader.vnode(DB, 0)).wal.leading = True
+    leader_wal = (await p.leader.vnode(DB, 0)).wal
+    p.fetcher.unfollow((DB, 0))
+    rng = random.Random(5)
+    for k in range(40):  # 1 MiB segments: until the first is sealed
+        rows = " ".join(f"({1_700_000_000_000 + k * 5000 + i}, {rng.random()}, {rng.getrandbits(31)})"
+                        for i in range(5000))
+        await p.leader.sql(f"INSERT INTO {DB}.d{k} USING {DB}.meters TAGS ('a', {k}) VALUES {rows}")
+        if len(leader_wal.segments) > 1:
+            break
+    await p.leader.call((await p.leader.vnode(DB, 0)).checkpoint)
+    await p.leader.call(leader_wal.delete_oldest, 1)
+    assert leader_wal.first_version > 0
+    await p.leader.sql(f"INSERT INTO {DB}.late USING {DB}.meters TAGS ('b', 99) VALUES (1700000000000, 1.0, 1)")
+    await p.leader.sql(f"DROP TABLE {DB}.d0")
+    p.fetcher.follow(FollowedVnode(DB, sql_id, 0, 1))
+    return sql_id, leader_wal
+
+
+async def test_an_sql_vgroups_copy_below_the_leaders_log_start_is_restored_from_its_snapshot(
         etcd: EtcdCluster, tmp_path: Path) -> None:
-    """Its tables and topic offsets below the log start are not in the leader's WAL: not built; the copy is left as it
-    is, the vnode no longer fetched, and says why."""
+    """Its tables and topic offsets below the log start are not in the leader's WAL: the follower pages the leader's
+    snapshot (VnodeSnapshot), installs it and fetches from the log start, reporting no durable end until its WAL
+    reaches the snapshot's end (never in the ISR meanwhile; a divergence below that end has it restored anew); its
+    tables, its topic's log start, end offset and index records are then the leader's, its WAL's entries from the log
+    start the leader's, its restoring marker gone."""
     async with pair(etcd, tmp_path) as p:
-        await _both(p, f"CREATE DATABASE {DB} VGROUPS 1 WAL_SEGMENT_SIZE 1 {WAL}", STABLE)
-        sql_id = await p.leader.db_id(DB)
-        await p.lead(DB, 1, 1)
-        leader_wal = (await p.leader.vnode(DB, 0)).wal
-        p.fetcher.unfollow((DB, 0))
-        rng = random.Random(5)
-        for k in range(40):  # 1 MiB segments: until the first is sealed
-            rows = " ".join(f"({1_700_000_000_000 + k * 5000 + i}, {rng.random()}, {rng.getrandbits(31)})"
-                            for i in range(5000))
-            await p.leader.sql(f"INSERT INTO {DB}.d0 USING {DB}.meters TAGS ('a', 0) VALUES {rows}")
-            if len(leader_wal.segments) > 1:
-                break
-        await p.leader.call(leader_wal.delete_oldest, 1)
-        assert leader_wal.first_version > 0
-        p.fetcher.follow(FollowedVnode(DB, sql_id, 0, 1))
+        sql_id, leader_wal = await _sql_below_log_start(p)
+        start = leader_wal.first_version
+        p.fetcher.partition_max_bytes = 1  # (one batch a fetch: the restore seen before its end)
+        assert await p.fetcher.fetch_once()  # below the log start
+        assert await p.fetcher.fetch_once()  # restored, its first batch fetched
+        restoring = await p.follower.vnode(DB, 0)
+        assert restoring.restoring is not None and restoring.wal.next_version < restoring.restoring[1]
+        assert p.fetcher.followed[(DB, 0)].restoring  # (its followed epoch None: serving no consumer)
+        view = p.led.views[(sql_id, 0)]
+        assert view.followers[2].durable_end == -1 and not can_join_isr(view.followers[2], view.hw, 0)
+        followed = p.fetcher.followed[(DB, 0)]  # a divergence below the snapshot's end (a leader that lost it):
+        diverging = SimpleNamespace(error_code=0, log_start_version=start,
+                                    diverging_epoch=SimpleNamespace(epoch=1, end_version=start + 1))
+        position = replica_fetcher._Position(restoring.wal.next_version, 1, restoring.wal.durable_version,
+                                             restoring=True)
+        assert await p.fetcher._apply(followed, position, diverging, 1) == ErrorCode.none
+        assert followed.start_at == start and not followed.cut_unfinished  # nothing cut: restored anew next
+        assert (await p.follower.vnode(DB, 0)).wal.next_version == restoring.wal.next_version
+        p.fetcher.partition_max_bytes = 1 << 20
+        await p.caught_up()
+        assert await p.fetcher.fetch_once() and not p.fetcher.followed[(DB, 0)].restoring
+        follower, leader = await p.follower.vnode(DB, 0), await p.leader.vnode(DB, 0)
+        assert follower is not restoring  # (installed anew after the divergence)
+        assert follower.restoring is None and follower.wal.first_version == start
+        assert sorted((t.name, t.tags, t.dropped) for t in follower.store.all()) == sorted(
+            (t.name, t.tags, t.dropped) for t in leader.store.all())
+        assert follower.get("d0").dropped and follower.get("late") is not None  # type: ignore[union-attr]
+
+        def entries(wal: Any) -> list[tuple[int, bytes]]:
+            return [(e.version, bytes(e.body)) for e in wal.read_from(start) if e.version >= start]
+
+        assert await p.follower.call(entries, follower.wal) == await p.leader.call(entries, leader_wal)
+        assert p.fetcher.followed[(DB, 0)].stopped is None and p.broker.held_snapshots
+
+        def offsets(engine: Engine) -> tuple[int, int, list[tuple[int, int, int]]]:
+            idx = engine.store.indexes[("rows", 0)]
+            return idx.start_offset, idx.end_offset, [
+                (o, v, c) for o, v, c in zip(idx.offsets, idx.versions, idx.counts) if v >= start]
+
+        got, want = await p.follower.call(offsets, p.follower.engine), await p.leader.call(offsets, p.leader.engine)
+        assert got[1:] == want[1:] and want[1] > 0 and want[2]
+        assert got[0] == want[2][0][0] > 0  # (its log start: the first offset it holds; the leader's index still
+        # holds the records of the segment this test deleted under it, which retention would have trimmed)
+
+
+async def test_an_sql_vgroups_copy_below_the_log_start_of_a_leader_without_snapshots_is_no_longer_fetched(
+        etcd: EtcdCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A leader of an older release (its registration does not advertise VnodeSnapshot): the copy is left as it is,
+    the vnode no longer fetched, and says why."""
+    async with pair(etcd, tmp_path) as p:
+        real = p.links.version
+        monkeypatch.setattr(p.links, "version", lambda node, key: -1 if key == 10002 else real(node, key))
+        await _sql_below_log_start(p)
         assert await p.fetcher.fetch_once()
         assert not await p.fetcher.fetch_once()
-        assert "not in the leader's WAL" in (p.fetcher.followed[(DB, 0)].stopped or "")
+        assert "does not answer VnodeSnapshot" in (p.fetcher.followed[(DB, 0)].stopped or "")
         assert (await p.follower.vnode(DB, 0)).wal.next_version == 0  # nothing deleted
 
 

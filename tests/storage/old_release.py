@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Callable
@@ -42,3 +43,16 @@ def made_by(commit: str, script: Path, tmp_path: Path) -> tuple[Path, Any]:
     env = {**os.environ, "PYTHONPATH": str(old)}
     subprocess.run([sys.executable, str(script), str(out)], env=env, cwd=tmp_path, check=True, timeout=120)
     return out / "data", orjson.loads((out / "expected.json").read_bytes())
+
+
+def killed_when_paused(script: str, *args: str) -> None:
+    """Run ``script`` (``python -c``, ``args`` its argv, walgate from this checkout) until it prints ``paused``, then
+    kill it with SIGKILL (a real kill -9 at the point it paused at) and wait for it to end."""
+    child = subprocess.Popen([sys.executable, "-c", script, *args], cwd=REPO, stdout=subprocess.PIPE,
+                             env={**os.environ, "PYTHONPATH": str(REPO)})
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline() == b"paused\n"
+    finally:
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait(timeout=60)

@@ -10,10 +10,7 @@ import logging
 import os
 import random
 import shutil
-import signal
 import sqlite3
-import subprocess
-import sys
 import tarfile
 from pathlib import Path
 from typing import Any
@@ -21,7 +18,7 @@ from typing import Any
 import orjson
 import pytest
 from meta_v1_datadir import OLD_COMMIT, summary
-from old_release import REPO, made_by
+from old_release import killed_when_paused, made_by
 
 from walgate.storage import meta_store
 from walgate.storage.engine import Engine
@@ -150,14 +147,7 @@ def test_a_kill_at_any_point_of_the_migration_leaves_a_store_that_migrates(tmp_p
     """A real kill -9 of a process migrating the stores: inside the first store's transaction (before and after its
     schema change), right after its commit, inside the second store's, and once the engine is open."""
     data, expected = unpack(tmp_path)
-    child = subprocess.Popen([sys.executable, "-c", CHILD, str(data), point], cwd=REPO, stdout=subprocess.PIPE,
-                             env={**os.environ, "PYTHONPATH": str(REPO)})
-    try:
-        assert child.stdout is not None
-        assert child.stdout.readline() == b"paused\n"
-    finally:
-        os.kill(child.pid, signal.SIGKILL)
-        child.wait()
+    killed_when_paused(CHILD, str(data), point)
     migrated = [versioned(p) for p in stores(data)]
     assert migrated == {"BEGIN IMMEDIATE:1": [False, False], "ALTER TABLE:1": [False, False],
                         "COMMIT:1": [True, False], "ALTER TABLE:2": [True, False],

@@ -12,16 +12,12 @@ while the journal is empty runs no statement on it (the write path does no more 
 
 from __future__ import annotations
 
-import os
-import signal
 import sqlite3
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-from old_release import REPO
+from old_release import killed_when_paused
 
 from tests.storage.test_meta_store_format import PAUSING, refusing
 from tests.storage.test_truncate import _retained
@@ -348,14 +344,7 @@ def test_a_kill_at_any_point_of_a_cut_reopens_with_the_tables_of_the_wal_and_cut
     e, vnode, versions, snaps = with_tail(tmp_path)
     e.close()
     pausing = "DELETE FROM undo WHERE version >=:1" if point == "store" else "never:1"  # (inside the store's cut)
-    child = subprocess.Popen([sys.executable, "-c", KILLED, str(tmp_path), pausing, point, str(versions[0])], cwd=REPO,
-                             stdout=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(REPO)})
-    try:
-        assert child.stdout is not None
-        assert child.stdout.readline() == b"paused\n"
-    finally:
-        os.kill(child.pid, signal.SIGKILL)
-        child.wait(timeout=60)
+    killed_when_paused(KILLED, str(tmp_path), pausing, point, str(versions[0]))
     e = Engine.open(tmp_path)
     vnode = e.vnodes["old"][0]
     cut = vnode.wal.next_version == versions[0]

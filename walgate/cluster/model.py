@@ -174,6 +174,10 @@ class Keys:
         return self.root + b"coordinators/placement"
 
 
+WAL_FETCH = 10001
+"""The api key of WalFetch, the internal API every release answers (version 0 at least)."""
+
+
 @dataclass(frozen=True)
 class NodeInfo:
     """What ``nodes/<id>`` holds: how to reach the node (its Kafka ``endpoints``, ``NAME://host:port``, and the
@@ -183,7 +187,7 @@ class NodeInfo:
     the field is written only when true, so a registration reads the same to a node that does not know it), and
     the highest version of each of walgate's internal APIs it answers (``internal``: api key -> version, as Kafka's
     brokers register their supported features, KIP-584; written only when some are, so a registration of an older
-    release, which answers version 0 of each, reads as none: :meth:`internal_version`)."""
+    release, which answers version 0 of WalFetch and no other, reads as none: :meth:`internal_version`)."""
 
     node_id: int
     incarnation: str
@@ -194,8 +198,9 @@ class NodeInfo:
     internal: tuple[tuple[int, int], ...] = ()
 
     def internal_version(self, api_key: int) -> int:
-        """The highest version of internal API ``api_key`` this node answers (0 when it advertises none)."""
-        return next((version for key, version in self.internal if key == api_key), 0)
+        """The highest version of internal API ``api_key`` this node answers; when it advertises none, 0 of WalFetch
+        (every release answers it) and -1 (not answered) of any other."""
+        return next((version for key, version in self.internal if key == api_key), 0 if api_key == WAL_FETCH else -1)
 
     def encode(self) -> bytes:
         fields: dict[str, object] = {"node_id": self.node_id, "incarnation": self.incarnation,

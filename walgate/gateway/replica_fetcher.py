@@ -24,10 +24,14 @@ authenticated node link (:class:`~walgate.gateway.kafka.node_links.NodeLinks`), 
   replica added by a move, or one back after a long absence): as Kafka's follower (``truncateFullyAndStartAt``), a
   Kafka-native partition's copy is emptied and starts at the leader's log start before its next fetch
   (:meth:`Engine.start_vnode_at <walgate.storage.engine.Engine.start_vnode_at>`, an exclusive call; its high
-  watermark is that version, :attr:`FollowedVnode.start_at` kept until the disk took it). An SQL vgroup's cannot: the
-  tables of the entries retention deleted (the meta store) and a TDengine topic's offsets below them are not in the
-  leader's WAL any more, so that needs a copy of the leader's meta store and offset positions, which is not built:
-  the vnode is no longer fetched and the condition logged at ERROR (it stays as it is, out of the ISR);
+  watermark is that version, :attr:`FollowedVnode.start_at` kept until the disk took it). An SQL vgroup's cannot
+  (the tables of the entries retention deleted and a TDengine topic's offsets below them are not in the leader's WAL
+  any more): it is restored from the leader's snapshot (docs/plans/vnode-snapshot.md; :meth:`ReplicaFetcher._restore`:
+  paged with VnodeSnapshot, staged, installed, then fetched from the snapshot's log start, deriving nothing below its
+  end; until its WAL reaches that end, :attr:`FollowedVnode.restoring`, its fetches report no durable end, so that
+  it never joins the ISR, and it serves no consumer; a divergence below that end, which no cut can undo, has it
+  restored anew); a leader of a release that does not answer VnodeSnapshot
+  leaves the vnode no longer fetched and the condition logged at ERROR (it stays as it is, out of the ISR);
 * any other error (a leader epoch not yet or no longer the leader's, NOT_LEADER_OR_FOLLOWER, STALE_BROKER_EPOCH,
   OFFSET_OUT_OF_RANGE at or past the leader's log start: an epoch the leader cannot end, which a leader elected by
   the controller never answers; a storage refusal): kept in :attr:`FollowedVnode.error`, and that vnode alone left
@@ -70,6 +74,8 @@ from walgate.replication.epochs import EpochEnd, LeaderEpochCache, follower_trun
 from walgate.storage.engine import Engine
 from walgate.storage.errors import StorageError, Unsupported
 from walgate.storage.lanes import VnodeKey
+from walgate.storage.vnode import HalfRestored
+from walgate.storage.vnode_snapshot import Staging
 from walgate.wire.errors import ErrorCode
 from walgate.wire.protocol import request_class
 from walgate.wire.serial import fields_of
@@ -79,6 +85,9 @@ __all__ = ["FollowedVnode", "Link", "ReplicaFetcher", "finish_cut", "followed_hw
 log = logging.getLogger("walgate.replication")
 
 _WAL_FETCH = 10001
+_VNODE_SNAPSHOT = 10002
+_SNAPSHOT_REQUEST: Any = request_class(_VNODE_SNAPSHOT, 0)
+_ZERO = uuid.UUID(int=0)
 _REQUESTS: Any = {v: request_class(_WAL_FETCH, v) for v in (0, 1)}
 _PARTITIONS: Any = {v: next(f.entity for f in fields_of(cls) if f.name == "partitions") for v, cls in _REQUESTS.items()}
 _LOG_START: Any = next(f.entity for f in fields_of(_PARTITIONS[1]) if f.name == "log_starts")
@@ -113,6 +122,8 @@ class FollowedVnode:
     in_sync: bool = False  # caught up (lag 0) after the last answer applied: never held back by the throttle
     start_at: int | None = None  # its copy ends below the leader's log start: emptied and started at this version
     # before its next fetch (Kafka's truncateFullyAndStartAt), else None
+    restoring: bool = False  # restored from its leader's snapshot, its WAL not at the snapshot's end yet (as its
+    # last position read): never in the ISR, never serving consumers (docs/plans/vnode-snapshot.md, step 4)
 
     @property
     def key(self) -> VnodeKey:
@@ -126,6 +137,7 @@ class _Position:
     durable_version: int
     epochless: bool = False  # entries in its WAL, no leader epoch known for them: cut to the HW before fetching
     log_starts: Mapping[uuid.UUID, int] = dataclasses.field(default_factory=dict)  # its topics' log starts past 0
+    restoring: bool = False  # its WAL below the end of the snapshot it was restored from (Vnode.restoring)
 
 
 def followed_hw(vnode: FollowedVnode, _end: int, _durable: int) -> int:
@@ -142,14 +154,20 @@ def _position(engine: Engine, db: str, vgroup: int, with_log_starts: bool) -> _P
     older entries refused on every fetch (:meth:`Vnode.append_replicated
     <walgate.storage.vnode.Vnode.append_replicated>`: older than the cache's latest); naming it gets the divergence,
     whose cut at the WAL's end drops the empty epoch (:func:`walgate.storage.truncation.truncate_vnode`). Its log
-    starts only ``with_log_starts`` (a WalFetch v1 carries them, and its answer the leader's; a v0 neither)."""
+    starts only ``with_log_starts`` (a WalFetch v1 carries them, and its answer the leader's; a v0 neither). A copy
+    restored from a snapshot whose WAL reached the snapshot's end at its last start has its restoring marker removed
+    here (its topics' indexes were opened from that end on)."""
     vnode = engine.store.local_vnode(db, vgroup)
     wal = vnode.wal
     starts = engine.views.log_starts(db, vgroup) if with_log_starts else {}
+    if vnode.restoring is not None and wal.next_version >= vnode.restoring[1]:
+        vnode.restored()  # (opened with its WAL past the snapshot's end, a crash before the marker went: derived)
+    restoring = vnode.restoring is not None
     if vnode.epochs.entries:
-        return _Position(wal.next_version, vnode.epochs.latest_epoch, wal.durable_version, log_starts=starts)
+        return _Position(wal.next_version, vnode.epochs.latest_epoch, wal.durable_version, log_starts=starts,
+                         restoring=restoring)
     return _Position(wal.next_version, -1, wal.durable_version, epochless=wal.next_version != wal.first_version,
-                     log_starts=starts)
+                     log_starts=starts, restoring=restoring)
 
 
 def _positions(engine: Engine, vnodes: list[FollowedVnode], with_log_starts: bool) -> list[_Position | StorageError]:
@@ -276,6 +294,8 @@ class ReplicaFetcher:
                 log.warning("vnode %d of database %s is not fetched now: %s", v.vgroup, v.db, p)
                 self._settle(v, ErrorCode.kafka_storage_error)
         fetched = [(v, p) for v, p in zip(vnodes, read) if isinstance(p, _Position)]
+        for v, p in fetched:
+            v.restoring = p.restoring
         if not fetched:
             return False
         epochless = {v.key: v for v, p in fetched if p.epochless and not v.cut_to_hw}
@@ -292,7 +312,8 @@ class ReplicaFetcher:
                 _PARTITIONS[version](
                     db_id=uuid.UUID(v.db_id), vgroup=v.vgroup, current_leader_epoch=v.leader_epoch,
                     fetch_version=p.fetch_version, last_fetched_epoch=p.last_fetched_epoch,
-                    durable_version=p.durable_version, partition_max_bytes=self.partition_max_bytes,
+                    durable_version=-1 if p.restoring else p.durable_version,
+                    partition_max_bytes=self.partition_max_bytes,
                     **({"log_starts": tuple(_LOG_START(topic_id=t, start_offset=o) for t, o in p.log_starts.items())}
                        if version >= 1 else {}))
                 for v, p in zip(vnodes, positions)))
@@ -346,9 +367,12 @@ class ReplicaFetcher:
         try:
             started = await self.storage.call(self._start_at, v, v.start_at)
         except Unsupported as e:
-            v.stopped = f"{e}: a copy of the leader's meta store would be needed, which is not built"
-            log.error("vnode %d of database %s is no longer fetched from node %d: %s", v.vgroup, v.db, self.source,
-                      v.stopped)
+            if self.link.version(self.source, _VNODE_SNAPSHOT) < 0:  # a leader of a release without snapshots
+                v.stopped = f"{e}: node {self.source} does not answer VnodeSnapshot (an older release)"
+                log.error("vnode %d of database %s is no longer fetched from node %d: %s", v.vgroup, v.db,
+                          self.source, v.stopped)
+                return
+            await self._restore(v)
             return
         except (StorageError, OSError) as e:
             log.warning("vnode %d of database %s: its copy could not start at the leader's log start, version %d: "
@@ -360,6 +384,65 @@ class ReplicaFetcher:
                         "version %d", v.vgroup, v.db, self.source, v.start_at)
         v.start_at = None
         self._settle(v, ErrorCode.none)
+
+    async def _snapshot_page(self, v: FollowedVnode, snapshot_id: uuid.UUID, position: int) -> Any:
+        """One VnodeSnapshot page of ``v`` (a begin when ``snapshot_id`` is zero); raises NodeUnreachable."""
+        return await self.link.call(self.source, _SNAPSHOT_REQUEST(
+            replica_id=self.node_id, broker_epoch=self.broker_epoch, db_id=uuid.UUID(v.db_id), vgroup=v.vgroup,
+            current_leader_epoch=v.leader_epoch, snapshot_id=snapshot_id, position=position,
+            max_bytes=self.partition_max_bytes))
+
+    async def _restore(self, v: FollowedVnode) -> None:
+        """``v``'s SQL vgroup copy, below its leader's log start, replaced by the leader's snapshot
+        (docs/plans/vnode-snapshot.md): begun, paged into the staging directory on the vnode's lane
+        (:class:`~walgate.storage.vnode_snapshot.Staging`), then installed (:meth:`Engine.install_vnode_snapshot
+        <walgate.storage.engine.Engine.install_vnode_snapshot>`, an exclusive call, while ``v`` is still followed
+        as it is), its high watermark the snapshot's log start; fetched from there. An error answer, a page that
+        does not continue the stream, a staged file that does not verify or a disk that refuses is kept as its
+        error (begun again after ``backoff_s``)."""
+        assert v.start_at is not None
+        try:
+            page = await self._snapshot_page(v, _ZERO, 0)
+            if page.error_code != ErrorCode.none:
+                self._settle(v, int(page.error_code))
+                return
+            sid, size = page.snapshot_id, int(page.size)
+            staging = await self.storage.call_on(frozenset([v.key]), functools.partial(
+                Staging, self.engine.staging_dir(v.db, v.vgroup), size, self.engine.syncs))
+            for _ in range(size + 1):  # (bounded: each page but the last holds a byte at least)
+                await self.storage.call_on(frozenset([v.key]), functools.partial(
+                    staging.take, int(page.position), bytes(page.data)))
+                if staging.done or self.followed.get(v.key) is not v:
+                    break
+                page = await self._snapshot_page(v, sid, staging.position)
+                if page.error_code != ErrorCode.none or page.snapshot_id != sid or not page.data:
+                    self._settle(v, int(page.error_code) or ErrorCode.snapshot_not_found)
+                    return
+            installed = staging.done and await self.storage.call(self._install, v)
+        except (StorageError, ValueError, OSError) as e:
+            log.warning("vnode %d of database %s: node %d's snapshot was not installed: %s", v.vgroup, v.db,
+                        self.source, e)
+            self._settle(v, ErrorCode.kafka_storage_error)
+            return
+        except Exception:
+            self._settle(v, ErrorCode.network_exception)
+            raise
+        if installed:
+            log.warning("vnode %d of database %s: its copy ended below node %d's log start: restored from its "
+                        "snapshot of version %d, fetched from version %d", v.vgroup, v.db, self.source,
+                        int(page.end_version), v.high_watermark)
+            v.start_at = None
+        self._settle(v, ErrorCode.none)
+
+    def _install(self, v: FollowedVnode) -> bool:
+        """An exclusive call: the snapshot staged for ``v`` installed while ``v`` is still followed as it is, its new
+        WAL's visible version the high watermark it learns, from the snapshot's log start; whether it was."""
+        if self.followed.get(v.key) is not v:
+            return False
+        vnode = self.engine.install_vnode_snapshot(v.db, v.vgroup)
+        v.high_watermark, v.restoring = vnode.wal.next_version, True
+        vnode.wal.replication = functools.partial(followed_hw, v)
+        return True
 
     async def _cut_to_high_watermark(self, v: FollowedVnode) -> None:
         """Cut ``v``'s WAL, whose entries no leader epoch is known for (its epoch file damaged, unreadable or missing
@@ -396,6 +479,11 @@ class ReplicaFetcher:
                     _truncation_point, self.engine, v.db, v.vgroup, diverging))
                 try:
                     cut = await self.storage.call(self._truncate, v, to)
+                except HalfRestored:  # (its tables are the snapshot's end's, which no cut undoes: restored anew)
+                    log.warning("vnode %d of database %s: diverging from node %d below the end of the snapshot it "
+                                "is restoring from: restored anew", v.vgroup, v.db, self.source)
+                    v.start_at = int(answer.log_start_version)
+                    return ErrorCode.none
                 except StorageError:
                     v.cut_unfinished = True
                     raise

@@ -78,7 +78,7 @@ from walgate.replication.partition import NO_LEADER, PartitionState, leads
 from walgate.storage import hw_checkpoint
 from walgate.storage.catalog import DatabaseDef
 from walgate.storage.engine import Engine
-from walgate.storage.errors import StorageError, StorageUnavailable
+from walgate.storage.errors import StorageError, StorageUnavailable, Unsupported
 from walgate.storage.lanes import VnodeKey
 from walgate.storage.led_appends import LedAppend
 from walgate.storage.vnode import Vnode
@@ -168,9 +168,15 @@ def _take_over(engine: Engine, key: VnodeKey, state: PartitionState, node_id: in
     make the vnode's view from the high watermark it knew (:func:`_baseline`); its visible version is the view's from
     now on. Then, first in the epoch, the ALTER/DROP STABLE meta entries its WAL lacks are appended
     (:meth:`SqlObjects.take_over <walgate.storage.sql_objects.SqlObjects.take_over>`); when the disk refuses, it
-    steps down again and raises (the takeover is retried)."""
+    steps down again and raises (the takeover is retried). Unsupported, nothing done, for a copy restoring from a
+    snapshot (:attr:`Vnode.restoring <walgate.storage.vnode.Vnode.restoring>`): its tables are ahead of its WAL, so
+    an election of it (an unclean one: it never joins the ISR) leaves the vgroup without a serving leader rather
+    than serve them (docs/plans/vnode-snapshot.md, step 4)."""
     vnode = engine.store.local_vnode(*key)
     wal = vnode.wal
+    if vnode.restoring is not None:
+        raise Unsupported(f"its copy is restoring from a snapshot up to version {vnode.restoring[1]} and holds the "
+                          f"WAL up to {wal.next_version} only: it cannot lead")
     if vnode.epochs.latest_epoch > state.leader_epoch:
         raise ValueError(f"its epoch cache holds epoch {vnode.epochs.latest_epoch}, newer than {state.leader_epoch}")
     if vnode.epochs.latest_epoch < state.leader_epoch:
@@ -278,7 +284,8 @@ class ReplicaManager:
         if fetching is None:
             return None
         followed = tuple(fetching.fetcher.followed.values())  # (one C-level copy: the loop may change the map)
-        return next((v.leader_epoch for v in followed if v.db_id == db_id and v.vgroup == vgroup), None)
+        v = next((v for v in followed if v.db_id == db_id and v.vgroup == vgroup), None)
+        return None if v is None or v.restoring else v.leader_epoch  # (a copy restoring from a snapshot serves none)
 
     def led_database(self, db: DatabaseDef) -> DatabaseDef:
         """``db`` as SQL writes and reads are routed: each replicated vgroup's replicas with its current leader (its

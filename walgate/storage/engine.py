@@ -22,6 +22,7 @@ round has steps left).
 
 from __future__ import annotations
 
+import shutil
 import uuid
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -29,7 +30,7 @@ from types import MappingProxyType
 from typing import Any, TypeVar
 
 from walgate.cluster.placement import Replicas
-from walgate.storage import resource_configs
+from walgate.storage import fileio, resource_configs
 from walgate.storage.batch_cache import BatchCache
 from walgate.storage.catalog import MAX_PARTITIONS, REPAIR_HINT, DatabaseDef, StableDef, TopicDef
 from walgate.storage.cleaner import MAP_ENTRIES, Cleaner, CleanStats
@@ -70,6 +71,8 @@ from walgate.storage.truncation import truncate_vnode
 from walgate.storage.users import Users
 from walgate.storage.users_key import USERS_KEY, load_users_key
 from walgate.storage.vnode import Vnode
+from walgate.storage.vnode_snapshot import SNAPSHOTS, STAGING, Manifest, prepare_install, verify
+from walgate.storage.vnode_snapshot import write as write_snapshot
 from walgate.storage.wal import PendingSync
 from walgate.storage.write_plan import PreparedWrite, WriteRequest, WriteSnapshot
 
@@ -557,6 +560,68 @@ class Engine:
         for topic in topics:
             self.views.open_partition(topic, new)
             self.native.rebuild_producers(topic, new)
+        return new
+
+    def snapshot_vnode(self, db_name: str, index: int, snapshot_id: str) -> tuple[Path, Manifest]:
+        """The leader's snapshot of vnode ``index`` of ``db_name`` at its WAL's end, for a follower whose copy ends
+        below its log start (:func:`walgate.storage.vnode_snapshot.write`, its meta store, epoch cache and topics'
+        offset index records): (its directory, its manifest). On the vnode's lane. NotHere when the vnode is not
+        here; StorageUnavailable when the disk refuses (nothing left behind)."""
+        vnode = self.store.local_vnode(db_name, index)
+        topics = {}
+        for t in self.catalog.topics.values():
+            idx = self.store.indexes.get((t.name, index))
+            if t.db == db_name and idx is not None:
+                topics[t.topic_id] = idx
+        root = self.store.db_dir(vnode.db) / SNAPSHOTS
+        return root / snapshot_id, write_snapshot(vnode, topics, root, snapshot_id)
+
+    def staging_dir(self, db_name: str, index: int) -> Path:
+        """Where a follower stages its leader's snapshot of vnode ``index`` of ``db_name``
+        (:class:`~walgate.storage.vnode_snapshot.Staging`), beside the vnode."""
+        return self.store.db_dir(self.catalog.database(db_name)) / f"vnode{index}{STAGING}"
+
+    def install_vnode_snapshot(self, db_name: str, index: int) -> Vnode:
+        """The follower's copy of vnode ``index`` of SQL database ``db_name``, which ends below its leader's log start,
+        replaced by the leader's snapshot staged whole in :meth:`staging_dir` (docs/plans/vnode-snapshot.md, step
+        2), in an order a crash at any point leaves what the next start serves or removes: the staged files verified
+        against the manifest (sizes and CRC-32C read back), each topic's log start and the ``restoring`` marker
+        written into the staging directory and fsynced; the old copy closed and deleted in the crash-safe order of
+        :mod:`walgate.storage.moved_vnodes` (its topics' offset indexes forgotten with it); the staging directory
+        renamed to the vnode's and the database directory fsynced; the vnode opened (its WAL empty from the
+        snapshot's log start ``S0``, its tables and topic offsets those of the snapshot's end ``L``: it appends
+        ``[S0, L)`` deriving nothing, :mod:`walgate.storage.replicated`) and its topics' indexes opened. An exclusive
+        call; the new vnode (its WAL's replication wiring is the caller's).
+
+        ValueError, the staging removed and the old copy as it was, when the staged snapshot does not verify (a
+        flipped or cut file: the follower begins again); StorageUnavailable, the staging removed, when the disk
+        refuses the marker; OSError when it refuses the delete or the rename: the old copy is then closed (not open
+        here) and the next start removes the staging and opens what is left (the old copy, or none: empty)."""
+        db = self.catalog.database(db_name)
+        staging = self.staging_dir(db_name, index)
+        try:
+            manifest = verify(staging)
+            prepare_install(staging, manifest, self.syncs)
+        except ValueError:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        except OSError as exc:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise StorageUnavailable(f"{staging}: the snapshot cannot be installed: {exc}") from None
+        vnodes = self.vnodes[db_name]
+        vnode = next((v for v in vnodes if v.index == index), None)
+        if vnode is not None:
+            vnodes.remove(vnode)
+            self._close_vnode(vnode)
+        directory = self.store.db_dir(db) / f"vnode{index}"
+        delete_vnode_dir(directory, self.syncs)
+        fileio.rename(staging, directory)
+        fileio.fsync_dir(directory.parent, syncs=self.syncs)
+        new = self.store.open_database(db, indices=[index])[0]
+        vnodes.append(new)
+        vnodes.sort(key=lambda v: v.index)
+        for topic in [t for t in self.catalog.topics.values() if t.db == db_name]:
+            self.views.open_partition(topic, new)
         return new
 
     def _close_vnode(self, vnode: Vnode) -> None:

@@ -603,6 +603,19 @@ class MetaStore:
             except sqlite3.Error:
                 pass  # the next statement runs in a transaction of its own, and write() tries again
 
+    def backup_to(self, path: Path) -> None:
+        """A copy of the store as of its last write at ``path`` (SQLite's online backup: one consistent read, whatever
+        the store's size; not fsynced), ``path`` a new file; StorageUnavailable (or MetaDamaged) when SQLite
+        refuses."""
+        try:
+            dest = sqlite3.connect(path, isolation_level=None)
+            try:
+                self._connection().backup(dest)
+            finally:
+                dest.close()
+        except sqlite3.Error as exc:
+            raise _error(path, exc) from None
+
     def close(self) -> None:
         self._stores.closed(self)
         conn, self._conn = self._conn, None

@@ -52,7 +52,7 @@ from walgate.storage.errors import StorageUnavailable
 from walgate.storage.filecache import FileCache
 from walgate.storage.fileio import SyncLatency
 
-__all__ = ["OffsetIndex"]
+__all__ = ["OffsetIndex", "pack_record"]
 
 log = logging.getLogger("walgate.offsets")
 
@@ -63,7 +63,7 @@ _TS_MIN = -(1 << 63)
 _OFFSET_MAX = 1 << 62
 
 
-def _pack(offset: int, version: int, count: int, running_max: int) -> bytes:
+def pack_record(offset: int, version: int, count: int, running_max: int) -> bytes:
     """One index record with its CRC."""
     body = _BODY.pack(offset, version, count, running_max)
     return body + crc32c.crc32c(body).to_bytes(4, "little")
@@ -163,7 +163,7 @@ class OffsetIndex:
 
     def _rewrite(self) -> None:
         """Replace the file by the records in memory; on failure the file is left to the next open to repair."""
-        data = b"".join(_pack(o, v, c, m) for o, v, c, m in zip(self.offsets, self.versions, self.counts, self.running_max))
+        data = b"".join(pack_record(o, v, c, m) for o, v, c, m in zip(self.offsets, self.versions, self.counts, self.running_max))
         try:
             fileio.replace_file(self.path, data, syncs=self.syncs)
         except OSError as exc:
@@ -182,7 +182,7 @@ class OffsetIndex:
             running = max(self.running_max[-1] if self.running_max else _TS_MIN, max_ts)
             if self._file_ok:
                 try:
-                    fileio.write_all(self.files.get(self.path, _APPEND).fd, _pack(self.end_offset, version, count, running))
+                    fileio.write_all(self.files.get(self.path, _APPEND).fd, pack_record(self.end_offset, version, count, running))
                 except OSError as exc:  # derived state: memory goes on, the file is repaired later
                     log.warning("%s: offset index write failed (repaired later): %s", self.path, exc)
                     self._file_ok = False
@@ -192,6 +192,11 @@ class OffsetIndex:
             self.running_max.append(running)
             self.end_offset += count
         self.indexed_to = next_version
+
+    def records_between(self, start: int, end: int) -> list[tuple[int, int, int, int]]:
+        """(offset, version, count, running max) of each record whose entry's version is in ``[start, end)``."""
+        lo, hi = bisect_left(self.versions, start), bisect_left(self.versions, end)
+        return list(zip(self.offsets[lo:hi], self.versions[lo:hi], self.counts[lo:hi], self.running_max[lo:hi]))
 
     def start_empty_at(self, offset: int) -> None:
         """An index with no records numbers the next entry ``offset`` (a rebuilt Kafka-native partition: the

@@ -8,6 +8,11 @@ derives the same things from them here, by the same functions a restart rebuilds
 (:meth:`~walgate.storage.topic_views.TopicViews.index`, :func:`~walgate.storage.native_topics.replay_batch`), so
 that a follower's derived files are those a restart would rebuild: evaluation is deterministic, and the entries are
 the leader's own. Library code for the replica fetcher (docs/plans/replication-wiring.md, step 4).
+
+A vnode restored from a snapshot (:attr:`Vnode.restoring <walgate.storage.vnode.Vnode.restoring>`,
+docs/plans/vnode-snapshot.md) appends the entries below the snapshot's end ``L`` as they are and derives nothing
+from them (the snapshot's meta store and offset index records hold their effect); from ``L`` on, as above; once its
+WAL reaches ``L`` and that is derived, its restoring marker is removed.
 """
 
 from __future__ import annotations
@@ -30,14 +35,19 @@ def append_replicated(store: Store, views: TopicViews, vnode: Vnode, raw: bytes,
     offset is below the partition's next offset; StorageUnavailable), before anything is derived."""
     topics = store.catalog.topics_of(vnode.db.name)
     native = [store.indexes[(t.name, vnode.index)] for t in topics if t.kind == "kafka"]
+    below = -1 if vnode.restoring is None else vnode.restoring[1]
     checked = vnode.append_replicated(raw, first_version, epoch, native[0].end_offset if native else None)
-    if not checked or not topics:
+    derived = [c for c in checked if c.entry.version >= below]
+    if derived and topics:
+        views.index(vnode, [c.decoded for c in derived], vnode.wal.next_version, [t.name for t in topics])
+    if vnode.restoring is not None and vnode.wal.next_version >= below:
+        vnode.restored()
+    if not derived or not topics:
         return vnode.wal.next_version
-    views.index(vnode, [c.decoded for c in checked], vnode.wal.next_version, [t.name for t in topics])
     for topic in topics:
         producers = store.producers.get((topic.name, vnode.index)) if topic.kind == "kafka" else None
         if producers is not None:
-            for c in checked:
+            for c in derived:
                 if c.entry.kind == KIND_KAFKA:
                     replay_batch(producers, c.entry.body)
     return vnode.wal.next_version

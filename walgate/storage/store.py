@@ -64,6 +64,8 @@ from walgate.storage.schema import Column
 from walgate.storage.topics import TopicEvaluator
 from walgate.storage.topics_snapshot import EMPTY, TopicsSnapshot
 from walgate.storage.vnode import TableDef, Vnode, vnode_of
+from walgate.storage.vnode_snapshot import STAGING
+from walgate.storage.vnode_snapshot import remove_all as remove_snapshots
 
 __all__ = ["TICKS", "TICKS_PER_MS", "Store"]
 
@@ -167,7 +169,9 @@ class Store:
         or the catalog's error). Without ``whole_stores``, the meta stores' checks that read all of them are the
         caller's (:meth:`Vnode.open <walgate.storage.vnode.Vnode.open>`). A whole database of the cluster's catalog
         opened without ``commit`` (a start, a record applied) first finishes the deletes of moved vnodes a crash
-        left (:func:`~walgate.storage.moved_vnodes.remove_leftovers`)."""
+        left (:func:`~walgate.storage.moved_vnodes.remove_leftovers`) and removes the snapshots of its vnodes a
+        leader wrote (:func:`~walgate.storage.vnode_snapshot.remove_all`). Each vnode opened is first rid of the
+        snapshot a follower was staging for it (:data:`~walgate.storage.vnode_snapshot.STAGING`: a crash's)."""
         if commit is None and first == 0 and indices is None and db.replicas is not None:
             try:
                 for name in remove_leftovers(self.db_dir(db), self.placed_here(db), self.syncs):
@@ -175,9 +179,11 @@ class Store:
                              db.name, name)
             except OSError as exc:
                 log.warning("database %s: the copies of replicas moved away not deleted yet: %s", db.name, exc)
+            remove_snapshots(self.db_dir(db))  # (a leader's snapshots are paged by followers of this run only)
         vnodes: list[Vnode] = []
         try:
             for i in self.placed_here(db, first) if indices is None else indices:
+                shutil.rmtree(self.db_dir(db) / f"vnode{i}{STAGING}", ignore_errors=True)  # (a crash's: vnode_snapshot)
                 vnodes.append(Vnode.open(db, i, self.db_dir(db) / f"vnode{i}", self.damage_log, self.unsynced,
                                          self.clock, self.files, self.syncs, whole_stores, first_version))
                 vnodes[-1].wal.appended = functools.partial(self.listener.vnode_appended, db.name, i)

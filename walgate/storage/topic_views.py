@@ -214,14 +214,16 @@ class TopicViews:
         self.store.add_topic_id(topic)
 
     def open_partition(self, topic: TopicDef, vnode: Vnode) -> None:
-        """Open (or rebuild) the topic's offset index on ``vnode`` and index what the WAL holds past its end."""
+        """Open (or rebuild) the topic's offset index on ``vnode`` and index what the WAL holds past its end (of a
+        vnode restored from a snapshot, past the snapshot's end: its records up to there are the snapshot's)."""
         path = datadir.topic_file(vnode.dir, topic.topic_id, ".oidx")
-        idx = OffsetIndex.open(path, vnode.wal.next_version, self.store.damage_log,
+        restored = 0 if vnode.restoring is None else vnode.restoring[1]  # (its records up to there: the snapshot's)
+        idx = OffsetIndex.open(path, max(vnode.wal.next_version, restored), self.store.damage_log,
                                vnode.wal.has_entries if topic.kind == "kafka" else None, vnode.wal.files,
                                vnode.wal.syncs)
         idx.trim_before(vnode.wal.first_version)
         self.store.indexes[(topic.name, vnode.index)] = idx
-        start = max(idx.indexed_to, vnode.wal.first_version)
+        start = max(idx.indexed_to, vnode.wal.first_version, restored)
         if topic.kind == "kafka" and not idx.offsets:  # a rebuilt index numbers on from the offsets the batches carry
             first = next((e for e in vnode.wal.read_from(start) if e.kind == KIND_KAFKA and e.version >= start), None)
             if first is not None:

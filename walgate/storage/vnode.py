@@ -72,6 +72,8 @@ from walgate.storage.filecache import FileCache
 from walgate.storage.fileio import SyncLatency
 from walgate.storage.leader_epochs import SINGLE_NODE_EPOCHS, LeaderEpochs, write_new
 from walgate.storage.meta_store import META_STORE, MetaDamaged, MetaStore, OpenStores, TableDef, Undo
+from walgate.storage.moved_vnodes import delete_vnode_dir
+from walgate.storage.vnode_snapshot import finish_restoring, read_restoring
 from walgate.storage.wal import KIND_META, Wal, WalEntry, WalOptions
 from walgate.storage.wal_verbatim import EntriesRefused, parse
 
@@ -121,6 +123,18 @@ def prepare(directory: Path) -> None:
     write_new(directory, SINGLE_NODE_EPOCHS, syncs=SyncLatency())
 
 
+class HalfRestored(StorageError):
+    """A vnode restored from a snapshot whose store does not hold the snapshot's tables (see :meth:`Vnode.open`)."""
+
+
+def _half_restored(directory: Path, reason: str, syncs: SyncLatency | None) -> None:
+    """A vnode restored from a snapshot that cannot be served (its marker or its store damaged): deleted whole
+    (:func:`~walgate.storage.moved_vnodes.delete_vnode_dir`), so that it opens empty and its follower copies it
+    again (logged)."""
+    log.warning("%s: %s: the copy is deleted and copied from its leader again", directory, reason)
+    delete_vnode_dir(directory, syncs or SyncLatency())
+
+
 def wal_options(db: DatabaseDef, index: int) -> WalOptions:
     """The WAL options of ``db``'s vnode ``index``. A replicated vgroup's (issue 25; ``DatabaseDef.replicated``)
     commit in groups whatever its
@@ -166,6 +180,8 @@ class Vnode:
         self._refused = False  # the store refused the last flush tried (a full disk, an I/O error)
         self._rebuild_pending = False  # a truncation's rebuild of the store was refused (truncate_to retries it)
         self.live_count = 0  # tables not dropped (kept by apply_meta, counted at open)
+        # (S0, L) while restored from a snapshot and its WAL not past L (the restoring marker: vnode_snapshot)
+        self.restoring: tuple[int, int] | None = None
         self.epochs = LeaderEpochs.open(directory, wal.next_version, damage=damage, syncs=wal.syncs)
         # each writes open's cut of the epoch file, if any, before the WAL can grow (leader_epochs' module docstring);
         # the catalog knows a database's replicas before its vnodes open (its CREATE record places them)
@@ -184,11 +200,23 @@ class Vnode:
         ``syncs`` (the engine's). Without ``whole_store``, the meta store's checks that read all of it are the
         caller's (:func:`~walgate.storage.meta_store.check` of :attr:`store`, then :meth:`rebuild_store`). A WAL
         with no segment yet starts at ``first_version``."""
+        try:
+            restoring = read_restoring(directory)
+        except ValueError as exc:
+            _half_restored(directory, str(exc), syncs)
+            restoring = None
         directory.mkdir(parents=True, exist_ok=True)
-        wal = Wal.open(directory / "wal", wal_options(db, index), first_version=first_version, damage=damage,
-                       unsynced=unsynced, owner=(db.name, index), clock=clock, files=files, syncs=syncs)
+        wal = Wal.open(directory / "wal", wal_options(db, index), first_version=first_version if restoring is None
+                       else restoring[0], damage=damage, unsynced=unsynced, owner=(db.name, index), clock=clock,
+                       files=files, syncs=syncs)
         vnode = cls(db, index, directory, wal, damage, whole_store)
-        vnode._catch_up()
+        vnode.restoring = restoring
+        try:
+            vnode._catch_up()
+        except HalfRestored as exc:
+            vnode.close()
+            _half_restored(directory, str(exc), syncs)
+            return cls.open(db, index, directory, damage, unsynced, clock, files, syncs, whole_store, first_version)
         return vnode
 
     @property
@@ -223,7 +251,17 @@ class Vnode:
 
     def _catch_up(self) -> None:
         """Apply the WAL's meta entries the store does not cover (a store ahead of the WAL, as after a power loss
-        at WAL_LEVEL 1, is rebuilt; a vnode of an older data dir starts from ``tables.ckpt``), then flush."""
+        at WAL_LEVEL 1, is rebuilt; a vnode of an older data dir starts from ``tables.ckpt``), then flush. A vnode
+        restored from a snapshot whose WAL has not reached the snapshot's end ``L`` yet (:attr:`restoring`) holds in
+        its store the tables as of ``L``, which its WAL's entries are part of: none is applied, and a store that
+        does not cover ``L`` (a damaged one, rebuilt empty) is :class:`HalfRestored`."""
+        if self.restoring is not None and self.wal.next_version < self.restoring[1]:
+            if self._store.covered != self.restoring[1]:
+                raise HalfRestored(f"{self.dir}: restoring to version {self.restoring[1]}, its table meta store "
+                                   f"covers {self._store.covered}")
+            self.live_count = self._store.live
+            self._applied = self._store.covered
+            return
         if self._store.covered > self.wal.next_version:
             log.warning("%s: the table meta store covers version %d, past the WAL's end %d: rebuilt from the WAL",
                         self.dir, self._store.covered, self.wal.next_version)
@@ -392,11 +430,23 @@ class Vnode:
             if begun:
                 self.epochs.truncate_from_end(first_version)
             raise
+        below = -1 if self.restoring is None else self.restoring[1]  # (the snapshot's store holds their effect)
         for c in checked:
-            if c.decoded.meta is not None:
+            if c.decoded.meta is not None and c.entry.version >= below:
                 self.apply_meta(c.decoded.meta, c.entry.version)
         self.end_write()
         return checked
+
+    def restored(self) -> None:
+        """The vnode's WAL reached the end of the snapshot it was restored from, and what its entries from there
+        derive is derived: the :data:`~walgate.storage.vnode_snapshot.RESTORING` marker is removed (when the disk
+        refuses, it stays, logged: the next append tries again)."""
+        try:
+            finish_restoring(self.dir, self.wal.syncs)
+        except OSError as exc:
+            log.warning("%s: the restoring marker is not removed yet: %s", self.dir, exc)
+            return
+        self.restoring = None
 
     def _create(self, name: str, meta: dict[str, Any], version: int) -> None:
         """The table of create meta ``meta`` (named ``name``) of WAL ``version`` in the changed tables, counted."""
@@ -522,7 +572,11 @@ class Vnode:
         ValueError for a version outside the WAL; StorageUnavailable, nothing cut, when the disk refuses the store's
         write or the WAL's intent. StorageUnavailable after the cut: the meta store's rebuild refused (a retry of the
         cut, or the vnode's next open, rebuilds it), or the epoch cache's rewrite refused (a retry of the cut
-        writes it; until then the file may hold epochs past the WAL's end, which an open cuts)."""
+        writes it; until then the file may hold epochs past the WAL's end, which an open cuts). HalfRestored,
+        nothing cut, while :attr:`restoring`: the tables of its store are the snapshot's end's, which no cut below
+        it can undo (the leader that took it lost that end: the copy is taken anew)."""
+        if self.restoring is not None:
+            raise HalfRestored(f"{self.dir}: a cut to version {version} while restoring to {self.restoring[1]}")
         if not self.wal.first_version <= version <= self.wal.next_version:
             raise ValueError(f"{self.dir}: version {version} is outside the WAL [{self.wal.first_version}, "
                              f"{self.wal.next_version}]")
@@ -747,8 +801,9 @@ class Vnode:
 
     def checkpoint(self) -> None:
         """Flush the table meta store as of the WAL's current end, fsynced; StorageUnavailable when it cannot be
-        written."""
-        self._flush(self.wal.next_version, durable=True)
+        written. While :attr:`restoring`, as of the snapshot's end (the store's tables are those)."""
+        end = self.wal.next_version
+        self._flush(end if self.restoring is None else max(end, self.restoring[1]), durable=True)
 
     def apply_retention(self, now_wall: float, limit: int | None = None) -> int:
         """Delete expired segments (``now_wall``: seconds since the epoch; checkpointing first), at most ``limit`` of

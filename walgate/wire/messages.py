@@ -3128,6 +3128,37 @@ class WalFetchResponse(TypedDict, total=False):
     partitions: Required[Sequence[WalFetchPartitionData]]
 
 
+# --------------------------------------------------------------------------- vnode_snapshot (key 10002)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class VnodeSnapshotRequest:
+    """VnodeSnapshotRequest (key 10002), v0-v0: a request view (see the module doc)."""
+
+    replica_id: int = 0
+    broker_epoch: int = -1
+    db_id: uuid.UUID | None = None
+    vgroup: int = 0
+    current_leader_epoch: int = -1
+    snapshot_id: uuid.UUID | None = None
+    position: int = 0
+    max_bytes: int = 2147483647
+
+
+class VnodeSnapshotResponse(TypedDict, total=False):
+    """VnodeSnapshotResponse (key 10002), v0-v0: response fields (see the module doc)."""
+
+    throttle_time: Required[int | datetime.timedelta]
+    error_code: Required[int]
+    leader_epoch: int
+    snapshot_id: Required[uuid.UUID | None]
+    start_version: int
+    end_version: int
+    size: int
+    position: int
+    data: Required[bytes | bytearray | memoryview]
+
+
 VERSIONS: Final[dict[int, tuple[int, int]]] = {
     0: (3, 13),
     1: (4, 18),
@@ -3191,6 +3222,7 @@ VERSIONS: Final[dict[int, tuple[int, int]]] = {
     91: (0, 0),
     92: (0, 0),
     10001: (0, 1),
+    10002: (0, 0),
 }
 """Api key -> (min, max) version this module was generated for (``protocol.WIRE_VERSIONS`` then)."""
 REQUESTS: Final[dict[int, type]] = {
@@ -3256,6 +3288,7 @@ REQUESTS: Final[dict[int, type]] = {
     91: AlterShareGroupOffsetsRequest,
     92: DeleteShareGroupOffsetsRequest,
     10001: WalFetchRequest,
+    10002: VnodeSnapshotRequest,
 }
 """Api key -> its request view."""
 ENTITIES: Final[dict[type, dict[str, type]]] = {

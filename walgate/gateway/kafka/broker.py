@@ -33,6 +33,7 @@ from walgate.coordinator.classic import Completion
 from walgate.gateway.cluster_member import ClusterMember
 from walgate.gateway.kafka.group_coordinators import GroupCoordinators
 from walgate.gateway.kafka.groups import GroupService
+from walgate.gateway.kafka.held_snapshots import HeldSnapshots
 from walgate.gateway.kafka.led_vnodes import LedVnodes
 from walgate.gateway.kafka.node_links import NodeLinks
 from walgate.gateway.kafka.shares import ShareService
@@ -84,6 +85,8 @@ class Broker:
     # what WalFetch answers are throttled by and counted in (KIP-73; None: no throttle, nothing counted)
     replication_traffic: ReplicationTraffic | None = None
     links: NodeLinks | None = None  # cluster mode: Kafka requests to the other nodes (node_links)
+    # the vnode snapshots followers page from this node as their leader (VnodeSnapshot)
+    held_snapshots: HeldSnapshots = field(default_factory=HeldSnapshots)
     # replica.selector.class (KIP-392): where a replicated partition's leader sends consumers to read (None: none)
     replica_selector: str | None = None
 

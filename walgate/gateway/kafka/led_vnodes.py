@@ -46,8 +46,9 @@ class LedVnodes(Protocol):
     def followed_epoch(self, db_id: str, vgroup: int) -> int | None:
         """The leader epoch in which this node follows vgroup ``vgroup`` of the database of id ``db_id`` now (its
         fetcher copies the leader's WAL and its visible version is the high watermark the leader's answers carry),
-        None when it does not follow it. Any lane: a read of what the event loop last set (KIP-392: a follower
-        serves consumers' fetches only while it follows)."""
+        None when it does not follow it or its copy is restoring from its leader's snapshot (docs/plans/
+        vnode-snapshot.md: its tables are ahead of its WAL). Any lane: a read of what the event loop last set
+        (KIP-392: a follower serves consumers' fetches only while it follows)."""
 
     def fetched(self, db_id: str, vgroup: int) -> None:
         """A follower's fetch of the vnode was recorded in its view and the view's high watermark updated (on the

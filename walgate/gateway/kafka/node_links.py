@@ -34,7 +34,7 @@ from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
 from kio.schema.sasl_handshake.v1.response import SaslHandshakeResponse
 from kio.serial import entity_reader
 
-from walgate.cluster.model import endpoint_for
+from walgate.cluster.model import WAL_FETCH, endpoint_for
 from walgate.gateway.cluster_member import ClusterMember
 from walgate.security.node_token import NODE_MECHANISM, node_password, node_user
 from walgate.security.scram import ScramClient
@@ -69,10 +69,12 @@ class NodeLinks:
 
     def version(self, node: int, api_key: int) -> int:
         """The version of internal API ``api_key`` to send node ``node``: the highest both it (as its registration
-        advertises, :meth:`NodeInfo.internal_version <walgate.cluster.model.NodeInfo.internal_version>`: 0 for a
-        node of an older release, or one not registered now) and this node answer."""
+        advertises, :meth:`NodeInfo.internal_version <walgate.cluster.model.NodeInfo.internal_version>`: for a
+        node of an older release, or one not registered now, 0 of WalFetch and -1 of any other, which it does not
+        answer) and this node answer."""
         info = next((n for n in self.member.view.nodes if n.node_id == node), None)
-        return min(INTERNAL_VERSIONS[api_key][1], 0 if info is None else info.internal_version(api_key))
+        absent = 0 if api_key == WAL_FETCH else -1
+        return min(INTERNAL_VERSIONS[api_key][1], absent if info is None else info.internal_version(api_key))
 
     async def call(self, node: int, request: Any) -> Any:
         """Send kio request ``request`` to node ``node``; its decoded response. Raises :class:`NodeUnreachable`, whatever

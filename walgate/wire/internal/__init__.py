@@ -9,12 +9,16 @@ own descriptors are, so that :mod:`walgate.wire.protocol` decodes and encodes th
 answers (:attr:`NodeInfo.internal <walgate.cluster.model.NodeInfo.internal>`), and a node sends another the highest
 both answer, so nodes of two releases work together during a rolling upgrade.
 
-=========  =======  ========  ======================================================================
-api key    name     versions  what
-=========  =======  ========  ======================================================================
-10001      WalFetch 0-1       a follower copies its leader's WAL entries (docs/plans/replication-wiring.md,
-                              step 4; :mod:`walgate.gateway.kafka.handlers.wal_fetch`); v1: topics' log starts
-=========  =======  ========  ======================================================================
+=========  =============  ========  ==========================================================================
+api key    name           versions  what
+=========  =============  ========  ==========================================================================
+10001      WalFetch       0-1       a follower copies its leader's WAL entries (docs/plans/replication-wiring.md,
+                                    step 4; :mod:`walgate.gateway.kafka.handlers.wal_fetch`); v1: topics' log
+                                    starts
+10002      VnodeSnapshot  0         a follower below its leader's log start pages the leader's snapshot of an
+                                    SQL vgroup (docs/plans/vnode-snapshot.md; KIP-630's FetchSnapshot;
+                                    :mod:`walgate.gateway.kafka.handlers.vnode_snapshot`)
+=========  =============  ========  ==========================================================================
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from walgate.wire.legacy import message_class, parse
 
 __all__ = ["API_NAMES", "KEYS", "VERSIONS", "descriptor", "schemas"]
 
-_APIS: Final = {10001: ("wal_fetch", "WalFetch")}
+_APIS: Final = {10001: ("wal_fetch", "WalFetch"), 10002: ("vnode_snapshot", "VnodeSnapshot")}
 _DIR: Final = Path(__file__).parent
 
 API_NAMES: Final[dict[int, str]] = {key: snake for key, (snake, _) in _APIS.items()}

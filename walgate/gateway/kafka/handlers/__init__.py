@@ -2,7 +2,7 @@
 
 ApiVersions advertises exactly this table intersected with what the wire
 layer can decode/encode, so nothing is advertised that is not handled; walgate's internal APIs
-(:mod:`walgate.wire.internal`: WalFetch) are in the table but never advertised (:func:`internal`).
+(:mod:`walgate.wire.internal`: WalFetch, VnodeSnapshot) are in the table but never advertised (:func:`internal`).
 A handler is ``async (broker, ctx, request) -> fields``, ``ctx`` the request's
 :class:`~walgate.gateway.kafka.context.RequestContext` (who sent it: principal,
 peer, listener; its header: api key and version, client id, correlation id), ``request`` the API's
@@ -84,6 +84,7 @@ from walgate.gateway.kafka.handlers import (
     share_group_heartbeat,
     sync_group,
     txn_offset_commit,
+    vnode_snapshot,
     wal_fetch,
     write_share_group_state,
     write_txn_markers,
@@ -119,7 +120,7 @@ _MODULES = (
     list_transactions,
     share_group_heartbeat, share_group_describe, share_fetch, share_acknowledge,
     describe_share_group_offsets, alter_share_group_offsets, delete_share_group_offsets,
-    wal_fetch,
+    wal_fetch, vnode_snapshot,
     initialize_share_group_state, delete_share_group_state, read_share_group_state_summary,
     read_share_group_state, write_share_group_state,
 )
