@@ -134,7 +134,7 @@ def test_a_copy_restored_from_the_snapshot_equals_the_leaders_also_across_a_rest
         assert _tables(follower.vnodes["old"][0]) == _tables(lv)
         assert _offsets(follower, start) == _offsets(leader, start)
         assert follower.vnodes["old"][0].restoring == (start, end)
-        assert not _position(follower, "old", 0).restoring and not (restored.dir / RESTORING).exists()
+        assert not _position(follower, "old", 0, False).restoring and not (restored.dir / RESTORING).exists()
     finally:
         follower.close()
         leader.close()
