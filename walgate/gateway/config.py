@@ -263,8 +263,9 @@ class Config:
     auto_leader_rebalance_enable: bool = True
     leader_imbalance_check_interval_seconds: int = 300
     leader_imbalance_per_broker_percentage: int = 10
-    # replicated SQL databases (CREATE DATABASE ... REPLICA n above 1) served: early access (issue 25, as Kafka's share
-    # groups were behind group.share.enable), off until docs/cluster.md "Replicas" lists no unsafe gap
+    # a cluster's replicas (issue 25): SQL databases of REPLICA above 1 and Kafka topics of replication factor above 1
+    # served, __consumer_offsets replicated; off by default until the whole suite runs with it on (docs/cluster.md
+    # "Replicas": a 1-2 node cluster then needs offsets.topic.replication.factor)
     replication_enable: bool = False
     # Kafka's broker.rack: this node's rack, registered with it (replica placement spreads racks; the rack-aware
     # replica selector matches a consumer's client.rack against it); None: no rack

@@ -48,7 +48,7 @@ class Ddl:
         db = store.catalog.new_database(s.name, s.options, store.clock.time_ms())  # validated, nothing written
         if db.replication_factor > 1 and not store.catalog.replication:
             raise InvalidValue(f"Invalid option REPLICA {db.replication_factor}: replication factor above 1 is not "
-                               "enabled yet: replicated databases are early access, served only with "
+                               "enabled yet: replicated databases are served only with "
                                "replication.enable=true on every node (docs/cluster.md, \"Replicas\")")
         if store.catalog.cluster:  # placed over the live nodes; staged: its vnodes open where it is applied
             store.catalog.add_database(db)

@@ -441,7 +441,7 @@ class Engine:
         """Cluster mode: the catalog's shared records (users, ACLs, quotas, configs) are the cluster's, changed only
         through its record stream, and new vgroups are placed, recording their node (:mod:`walgate.storage.catalog`);
         producer ids are spread by the node id, unique in the cluster (:class:`~walgate.storage.producers.ProducerIds`).
-        ``replication``: ``CREATE DATABASE ... REPLICA n`` above 1 is served (``replication.enable``, early access);
+        ``replication``: ``CREATE DATABASE ... REPLICA n`` above 1 is served (``replication.enable``);
         without it refused."""
         self.catalog.cluster = True
         self.catalog.replication = replication
