@@ -37,7 +37,7 @@ from walgate.storage.vnode import vnode_of
 from walgate.wire.errors import ErrorCode
 
 ROWS = 12  # over 7 tables: both vgroups written (each INSERT waits ~0.3 s for acks=all)
-ENABLED = ("--override", "replication.enable=true")  # replicated databases are early access (config.py)
+ENABLED = ("--override", "replication.enable=true")  # replicas are off by default (config.py)
 SESSION = ("--override", "broker.session.timeout.ms=8000", *ENABLED)  # a 1.5 s SIGSTOP keeps its registration and ISR seat
 PAUSE_S = 1.5
 LAG = ("--override", "replica.lag.time.max.ms=2000", *ENABLED)  # ISR changes proposed every second

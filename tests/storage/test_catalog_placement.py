@@ -266,7 +266,7 @@ def test_sql_replica_is_checked_against_the_live_nodes(tmp_path: Path) -> None:
     _through_stream(e, Engine.execute, "CREATE DATABASE c REPLICA 1")
     assert e.catalog.databases["c"].replication_factor == 1
     with pytest.raises(InvalidValue, match="replication factor above 1 is not enabled yet: .* replication.enable=true"):
-        e.execute("CREATE DATABASE r REPLICA 3")  # early access: off unless the node enables it
+        e.execute("CREATE DATABASE r REPLICA 3")  # off unless the node enables it
     assert "r" not in e.catalog.databases
     e.cluster_mode(replication=True)
     _through_stream(e, Engine.execute, "CREATE DATABASE r REPLICA 3")  # served (issue 25): copied by replication
