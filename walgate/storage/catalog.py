@@ -1046,14 +1046,15 @@ class Catalog:
         return place(count, self.placeable(), held, replicas, led)
 
     def replicated_vnodes(self, min_isr_default: int = 1) -> dict[PartitionId, ReplicatedVnode]:
-        """Each :meth:`DatabaseDef.replicated` vgroup (of more than one replica, or of one copy moved once), by ``(database id, vgroup)``, as the controller creates its
-        partition state (walgate.cluster.partition_states.Reconciler): its replicas, ``min.insync.replicas`` (an
-        SQL database's ``MIN_INSYNC``; a Kafka-native topic's config, else the cluster-wide dynamic broker default
-        (Kafka's ``min.insync.replicas`` broker config, which its controller reads; this node's own broker resource
-        is not the cluster's), else ``min_isr_default`` (the controller's static setting), at most its replicas, as
-        Kafka's effective min ISR (``Partition.effectiveMinIsr``): the partition state holds no more), the
-        topic's ``unclean.leader.election.enable`` (defaulted alike, else false) and the move in progress, if any
-        (its adding and removing replicas, as its ``place_vgroup`` record named them)."""
+        """Each :meth:`DatabaseDef.replicated` vgroup (of more than one replica, or of one copy moved once), by
+        ``(database id, vgroup)``, as the controller creates its partition state
+        (walgate.cluster.partition_states.Reconciler): its replicas, ``min.insync.replicas`` (an SQL database's
+        ``MIN_INSYNC``; a Kafka-native topic's config, else the cluster-wide dynamic broker default (Kafka's
+        ``min.insync.replicas`` broker config, which its controller reads; this node's own broker resource is not the
+        cluster's), else ``min_isr_default`` (the controller's static setting), at most its replicas, as Kafka's
+        effective min ISR (``Partition.effectiveMinIsr``): the partition state holds no more), the topic's
+        ``unclean.leader.election.enable`` (defaulted alike, else false) and the move in progress, if any (its adding
+        and removing replicas, as its ``place_vgroup`` record named them)."""
         defaults = {"min.insync.replicas": str(min_isr_default),
                     **resource_configs.topic_defaults(self.resource_configs, "")}
         native = {t.db: {**defaults, **t.configs} for t in self.topics.values() if t.kind == "kafka"}
