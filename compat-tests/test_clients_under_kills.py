@@ -76,6 +76,7 @@ DOWN_S = 3.0  # a killed node stays down past its 2 s lease: its partitions are 
 ROUNDS = 3 if LONG else 1
 PREFILL = 300  # records in a readers' or Spark's topic before the round
 CHUNK, PACE_MS = 100, 40  # records of one producer run, and the pause after each send: one run spans ~4 s
+COMMIT_EVERY = 50  # records a group member reads between its commits: ~2 s while the producer writes
 RUN_TIMEOUT_S = 120.0
 CODEC = "none"
 
@@ -237,6 +238,26 @@ class Written:
     def acked(self) -> set[int | str]:
         return {op.writes[0].value for op in self.sends if op.outcome == "ok"}
 
+    def ends(self) -> dict[int, int]:
+        """Partition -> the offset after its last acknowledged record (0: none)."""
+        ends = {p: 0 for p in range(PARTITIONS)}
+        for op in self.sends:
+            for w in op.writes:
+                if w.offset is not None:
+                    ends[int(w.key[1:])] = max(ends[int(w.key[1:])], w.offset + 1)
+        return ends
+
+    def writing(self, topic: str, nodes: Nodes) -> Callable[[threading.Event], None]:
+        """A confluent-kafka producer's runs on ``topic`` (process -2), one after the other until stopped."""
+        first = itertools.count(1)
+
+        def produce(stop: threading.Event) -> None:
+            while not stop.is_set():
+                started = time.monotonic()
+                self.add(-2, run(python_producer("ck_produce.py")(nodes.bootstrap(), topic, next(first) * 10**6),
+                                 RUN_TIMEOUT_S, check=False), started)
+        return produce
+
 
 def out_of_order(runs: list[tuple[str, float, float, list[tuple[int, int, int]]]]) -> list[str]:
     """Each run's records of a partition whose offsets do not rise with their index."""
@@ -341,9 +362,13 @@ def readers(java_argv: Callable[..., list[str]]) -> list[Client]:
     ]
 
 
+def events(client: Background) -> list[dict[str, Any]]:
+    """The JSON events the client printed so far, in order."""
+    return [json.loads(line) for line in list(client.out) if line.startswith("{")]
+
+
 def records_read(reader: Background) -> list[dict[str, Any]]:
-    return [e for e in (json.loads(line) for line in list(reader.out) if line.startswith("{"))
-            if e["event"] == "record"]
+    return [e for e in events(reader) if e["event"] == "record"]
 
 
 def twice(read: list[dict[str, Any]]) -> list[tuple[int, int, int]]:
@@ -379,21 +404,9 @@ def test_assigned_consumers_read_everything_once_in_order_while_each_node_is_kil
         for client in readers:  # one after the other: four clients starting at once starve a 2-core machine
             started.append(Background.start(client.argv(nodes.bootstrap(), topic, 0)))
             started[-1].wait_for(lambda r: any('"ready"' in line for line in r.out), 90, f"{client.name} ready")
-        first = itertools.count(1)
-
-        def produce(stop: threading.Event) -> None:
-            while not stop.is_set():
-                started = time.monotonic()
-                written.add(-2, run(python_producer("ck_produce.py")(nodes.bootstrap(), topic, next(first) * 10**6),
-                                    RUN_TIMEOUT_S, check=False), started)
-
-        faults = under_kills(nodes, topic, [produce])
+        faults = under_kills(nodes, topic, [written.writing(topic, nodes)])
         assert written.errors == [], f"{written.errors[:5]}; the faults: {faults}"
-        ends = {p: 0 for p in range(PARTITIONS)}
-        for op in written.sends:
-            for w in op.writes:
-                if w.offset is not None:
-                    ends[int(w.key[1:])] = max(ends[int(w.key[1:])], w.offset + 1)
+        ends = written.ends()
         for client, reader in zip(readers, started):
             reader.wait_for(lambda r: at_ends(r, ends), 120, f"{client.name} at the ends {ends}")
             reader.stop()
@@ -436,3 +449,84 @@ def test_spark_source_output_equals_the_input_while_each_node_is_killed(nodes, j
         assert r.returncode == 0 and not r.events("error"), f"{r.describe()}\nthe faults: {faults}"
         got = sorted((e["partition"], e["offset"], index_of(e["value"])) for e in r.events("record"))
         assert got == want, f"{len(got)} records read of {len(want)}: {r.describe()[-3000:]}\nthe faults: {faults}"
+
+
+# ------------------------------------------------------------------ 4. group members committing offsets
+
+
+@pytest.fixture
+def group_members(clients_installed: dict[str, str]) -> list[Client]:
+    """Every client's group member (``argv(bootstrap, topic, _)``; its group: ``kills-<client name>``), reading
+    until SIGTERM, committing by hand every COMMIT_EVERY records, on revoke and at the end."""
+    node = shutil.which("node")
+    if node is None or "node" in clients_installed:
+        pytest.fail(f"kafkajs cannot run: {clients_installed.get('node', 'node is not installed')}")
+    return [
+        Client("confluent-kafka", lambda b, t, _: [sys.executable, str(COMPAT / "clients" / "ck_group.py"), b, t,
+                                                  "kills-confluent-kafka", "--protocol", "classic", "--commit-every",
+                                                  str(COMMIT_EVERY), "--timeout", "600"]),
+        Client("kafkajs", lambda b, t, _: [node, str(COMPAT / "node" / "kjs_group.js"), b, t, "kills-kafkajs",
+                                           "--commit-every", str(COMMIT_EVERY), "--timeout", "600"], COMPAT / "node"),
+    ]
+
+
+def assigned_all(member: Background) -> bool:
+    """The member's ``assignment`` event after an assign named every partition."""
+    return any(e["event"] == "assignment" and e["after"] == "assign" and e["partitions"] == list(range(PARTITIONS))
+               for e in events(member))
+
+
+def member_history(number: int, member: Background) -> list[Op]:
+    """The member's reads as the history's ops: each record a Poll, each assignment event (assign, revoke, lost) an
+    Assign (after a rebalance the member reads on from the group's committed offsets: it may read again)."""
+    ops: list[Op] = []
+    for e in events(member):
+        if e["event"] == "assignment":
+            ops.append(Assign(number))
+        elif e["event"] == "record":
+            ops.append(Poll(number, {key(e["partition"]): [(e["offset"], index_of(e["value"]))]}))
+    return ops
+
+
+def committed_offsets(nodes: Nodes, topic: str, group: str) -> dict[int, int]:
+    """Partition -> ``group``'s committed offset (-1001: none), as OffsetFetch answers it now."""
+    consumer = Consumer({"bootstrap.servers": nodes.bootstrap(), "group.id": group, "enable.auto.commit": False})
+    try:
+        return {tp.partition: tp.offset
+                for tp in consumer.committed([TopicPartition(topic, p) for p in range(PARTITIONS)], timeout=30)}
+    finally:
+        consumer.close()
+
+
+def test_group_members_read_every_record_in_order_while_each_node_is_killed(nodes, group_members):
+    topic = rf3_topic(nodes, "kills-groups")
+    written = Written()
+    written.add(-1, produce_prefill(nodes, topic), time.monotonic())
+    started: list[Background] = []
+    try:
+        for client in group_members:
+            started.append(Background.start(client.argv(nodes.bootstrap(), topic, 0)))
+            started[-1].wait_for(assigned_all, 90, f"{client.name} assigned every partition")
+        faults = under_kills(nodes, topic, [written.writing(topic, nodes)])
+        assert written.errors == [], f"{written.errors[:5]}; the faults: {faults}"
+        ends = written.ends()
+        for client, member in zip(group_members, started):
+            member.wait_for(lambda r: at_ends(r, ends), 120, f"{client.name} at the ends {ends}")
+            member.stop()  # SIGTERM: it commits its positions, leaves the group and exits 0
+    finally:
+        for member in started:
+            member.stop()
+    history: list[Op] = [*written.sends]
+    acked, sent = written.acked(), {op.writes[0].value for op in written.sends}
+    for number, (client, member) in enumerate(zip(group_members, started)):
+        printed = Counter(e["event"] for e in events(member))
+        assert member.proc.returncode == 0 and printed["closed"] == 1 and printed["error"] == 0, \
+            f"{member.describe()}\n{faults}"
+        values = [index_of(e["value"]) for e in records_read(member)]
+        assert set(values) >= acked and set(values) <= sent, \
+            f"{client.name}: {len(acked - set(values))} acknowledged records not read, " \
+            f"{len(set(values) - sent)} read that no one sent; {faults}"
+        group = f"kills-{client.name}"
+        assert committed_offsets(nodes, topic, group) == ends, f"{group}'s committed offsets; {faults}"
+        history += member_history(number, member)
+    checked(history + final_reads(nodes, topic), faults)
