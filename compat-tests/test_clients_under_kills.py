@@ -27,21 +27,32 @@ whole again (as an operator's rolling restart waits for no under-replicated part
    kafka-clients 3.9, what Spark 4 ships) reads a topic of :data:`PREFILL` records again and again through the
    round: every run's output equals the input.
 
-Clients that need a group or transaction coordinator are not here yet: the coordinators' state has one copy
-(issue 25's lead work), so their scenarios join once it is replicated. kafkajs's reader (node/kjs_read.js: a group
-member seeking every partition it is given; the same options and ``ready`` line as the others) is then one entry in
-the ``readers`` fixture; the Python group members (clients/*_group.py) need a ``--follow`` mode first, and a
-transactional producer a program that sends in transactions. The PySpark job (tests/pipeline,
-``WALGATE_SPARK_KAFKA_JARS``) is not run here yet.
+4. Group members committing offsets (confluent-kafka's classic protocol, clients/ck_group.py; kafkajs,
+   node/kjs_group.js), each alone in a group of its own, subscribed to a topic holding :data:`PREFILL` records
+   while a confluent-kafka producer keeps writing through the round; each commits its positions every
+   :data:`COMMIT_EVERY` records (``--commit-every``), on a revoke and when SIGTERM stops it, through the group
+   coordinator, the leader of ``__consumer_offsets`` (replicated: it fails over with its node). The guarantee is
+   Kafka's for a committed consumer, at least once: a member that rejoins (a rebalance, a coordinator that lost it,
+   kafkajs restarting its consumer after its retries to a killed node ran out: a ``restart`` event) reads on from
+   the last commit and may read records again. So: every acknowledged record read at least once, none read that was
+   not sent, per partition in offset order between two assignment events (the history's checker, an
+   :class:`~history.Assign` at each), and, after the stop, the group's committed offsets are the partitions' ends.
 
-CI runs one kill round per scenario (21-45 s each, measured on a loaded 2-core machine); ``WALGATE_COMPAT_LONG=1``
-runs :data:`ROUNDS` = 3 (66-78 s each) and the Java producer. Findings of the runs of 2026-11-30, fixed: the Java
-producer's endless OUT_OF_ORDER_SEQUENCE_NUMBER (a retry older than the five batches a producer's state keeps is
-looked up, docs/cluster.md), and a record the confluent-kafka producer stored twice, which an assigned consumer read
-twice (1001 read, 1000 distinct): a node taking a partition's lead on refused a client's first in-flight batch
+Not here yet: a transactional producer (a program that sends in transactions through the kills, read
+read_committed), the other clients' group members (kafka-python, aiokafka, Java, KIP-848's protocol), and the
+PySpark job (tests/pipeline, ``WALGATE_SPARK_KAFKA_JARS``).
+
+CI runs one kill round per scenario (21-45 s each, measured on a loaded 2-core machine; the group members' 35-40 s with
+the cluster's start); ``WALGATE_COMPAT_LONG=1`` runs :data:`ROUNDS` = 3 (66-78 s each) and the Java producer. Seen while
+adding the group members: kafkajs's admin ``fetchOffsets`` gives up on a new coordinator's COORDINATOR_LOAD_IN_PROGRESS
+(retriable) instead of retrying (node/kjs_group.js asks again), and in one run of three kafkajs rejoined four times and
+read 6 records twice (at least once, as above). Findings of the runs of 2026-11-30, fixed: the Java producer's endless
+OUT_OF_ORDER_SEQUENCE_NUMBER (a retry older than the five batches a producer's state keeps is looked up,
+docs/cluster.md), and a record the confluent-kafka producer stored twice, which an assigned consumer read twice (1001
+read, 1000 distinct): a node taking a partition's lead on refused a client's first in-flight batch
 (NOT_LEADER_OR_FOLLOWER) and served the next once it led, so librdkafka bumped its producer epoch (KIP-360) on an
-OUT_OF_ORDER_SEQUENCE_NUMBER and sent a batch the old leader had appended again; it now holds the Produce until it
-leads (walgate/gateway/kafka/handlers/produce.py, tests/gateway/test_replicated_topics.py).
+OUT_OF_ORDER_SEQUENCE_NUMBER and sent a batch the old leader had appended again; it now holds the Produce until it leads
+(walgate/gateway/kafka/handlers/produce.py, tests/gateway/test_replicated_topics.py).
 """
 
 from __future__ import annotations
@@ -54,6 +65,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -76,6 +88,7 @@ DOWN_S = 3.0  # a killed node stays down past its 2 s lease: its partitions are 
 ROUNDS = 3 if LONG else 1
 PREFILL = 300  # records in a readers' or Spark's topic before the round
 CHUNK, PACE_MS = 100, 40  # records of one producer run, and the pause after each send: one run spans ~4 s
+COMMIT_EVERY = 50  # records a group member reads between its commits: ~2 s while the producer writes
 RUN_TIMEOUT_S = 120.0
 CODEC = "none"
 
@@ -237,6 +250,26 @@ class Written:
     def acked(self) -> set[int | str]:
         return {op.writes[0].value for op in self.sends if op.outcome == "ok"}
 
+    def ends(self) -> dict[int, int]:
+        """Partition -> the offset after its last acknowledged record (0: none)."""
+        ends = {p: 0 for p in range(PARTITIONS)}
+        for op in self.sends:
+            for w in op.writes:
+                if w.offset is not None:
+                    ends[int(w.key[1:])] = max(ends[int(w.key[1:])], w.offset + 1)
+        return ends
+
+    def writing(self, topic: str, nodes: Nodes) -> Callable[[threading.Event], None]:
+        """A confluent-kafka producer's runs on ``topic`` (process -2), one after the other until stopped."""
+        first = itertools.count(1)
+
+        def produce(stop: threading.Event) -> None:
+            while not stop.is_set():
+                started = time.monotonic()
+                self.add(-2, run(python_producer("ck_produce.py")(nodes.bootstrap(), topic, next(first) * 10**6),
+                                 RUN_TIMEOUT_S, check=False), started)
+        return produce
+
 
 def out_of_order(runs: list[tuple[str, float, float, list[tuple[int, int, int]]]]) -> list[str]:
     """Each run's records of a partition whose offsets do not rise with their index."""
@@ -341,9 +374,13 @@ def readers(java_argv: Callable[..., list[str]]) -> list[Client]:
     ]
 
 
+def events(client: Background) -> list[dict[str, Any]]:
+    """The JSON events the client printed so far, in order."""
+    return [json.loads(line) for line in list(client.out) if line.startswith("{")]
+
+
 def records_read(reader: Background) -> list[dict[str, Any]]:
-    return [e for e in (json.loads(line) for line in list(reader.out) if line.startswith("{"))
-            if e["event"] == "record"]
+    return [e for e in events(reader) if e["event"] == "record"]
 
 
 def twice(read: list[dict[str, Any]]) -> list[tuple[int, int, int]]:
@@ -370,35 +407,32 @@ def produce_prefill(nodes: Nodes, topic: str) -> Run:
     return prefill
 
 
+@contextmanager
+def consumers(nodes: Nodes, topic: str, clients: list[Client], ready: Callable[[Background], bool],
+              what: str) -> Iterator[list[Background]]:
+    """Each client started on ``topic`` once the one before is ``ready`` (four clients starting at once starve a 2-core
+    machine); every one stopped (SIGTERM, by PID) at the end."""
+    started: list[Background] = []
+    try:
+        for client in clients:
+            started.append(Background.start(client.argv(nodes.bootstrap(), topic, 0)))
+            started[-1].wait_for(ready, 90, f"{client.name} {what}")
+        yield started
+    finally:
+        for process in started:
+            process.stop()
+
+
 def test_assigned_consumers_read_everything_once_in_order_while_each_node_is_killed(nodes, readers):
     topic = rf3_topic(nodes, "kills-consume")
     written = Written()
     written.add(-1, produce_prefill(nodes, topic), time.monotonic())
-    started: list[Background] = []
-    try:
-        for client in readers:  # one after the other: four clients starting at once starve a 2-core machine
-            started.append(Background.start(client.argv(nodes.bootstrap(), topic, 0)))
-            started[-1].wait_for(lambda r: any('"ready"' in line for line in r.out), 90, f"{client.name} ready")
-        first = itertools.count(1)
-
-        def produce(stop: threading.Event) -> None:
-            while not stop.is_set():
-                started = time.monotonic()
-                written.add(-2, run(python_producer("ck_produce.py")(nodes.bootstrap(), topic, next(first) * 10**6),
-                                    RUN_TIMEOUT_S, check=False), started)
-
-        faults = under_kills(nodes, topic, [produce])
+    with consumers(nodes, topic, readers, lambda r: any('"ready"' in line for line in r.out), "ready") as started:
+        faults = under_kills(nodes, topic, [written.writing(topic, nodes)])
         assert written.errors == [], f"{written.errors[:5]}; the faults: {faults}"
-        ends = {p: 0 for p in range(PARTITIONS)}
-        for op in written.sends:
-            for w in op.writes:
-                if w.offset is not None:
-                    ends[int(w.key[1:])] = max(ends[int(w.key[1:])], w.offset + 1)
+        ends = written.ends()
         for client, reader in zip(readers, started):
             reader.wait_for(lambda r: at_ends(r, ends), 120, f"{client.name} at the ends {ends}")
-            reader.stop()
-    finally:
-        for reader in started:
             reader.stop()
     history: list[Op] = [*written.sends]
     acked = written.acked()
@@ -436,3 +470,77 @@ def test_spark_source_output_equals_the_input_while_each_node_is_killed(nodes, j
         assert r.returncode == 0 and not r.events("error"), f"{r.describe()}\nthe faults: {faults}"
         got = sorted((e["partition"], e["offset"], index_of(e["value"])) for e in r.events("record"))
         assert got == want, f"{len(got)} records read of {len(want)}: {r.describe()[-3000:]}\nthe faults: {faults}"
+
+
+# ------------------------------------------------------------------ 4. group members committing offsets
+
+
+@pytest.fixture
+def group_members(clients_installed: dict[str, str]) -> list[Client]:
+    """Every client's group member (``argv(bootstrap, topic, _)``; its group: ``kills-<client name>``), reading
+    until SIGTERM, committing by hand every COMMIT_EVERY records, on revoke and at the end."""
+    node = shutil.which("node")
+    if node is None or "node" in clients_installed:
+        pytest.fail(f"kafkajs cannot run: {clients_installed.get('node', 'node is not installed')}")
+    return [
+        Client("confluent-kafka", lambda b, t, _: [sys.executable, str(COMPAT / "clients" / "ck_group.py"), b, t,
+                                                  "kills-confluent-kafka", "--protocol", "classic", "--commit-every",
+                                                  str(COMMIT_EVERY), "--timeout", "600"]),
+        Client("kafkajs", lambda b, t, _: [node, str(COMPAT / "node" / "kjs_group.js"), b, t, "kills-kafkajs",
+                                           "--commit-every", str(COMMIT_EVERY), "--timeout", "600"], COMPAT / "node"),
+    ]
+
+
+def assigned_all(member: Background) -> bool:
+    """The member's ``assignment`` event after an assign named every partition."""
+    return any(e["event"] == "assignment" and e["after"] == "assign" and e["partitions"] == list(range(PARTITIONS))
+               for e in events(member))
+
+
+def member_history(number: int, member: Background) -> list[Op]:
+    """The member's reads as the history's ops: each record a Poll, each assignment event (assign, revoke, lost) an
+    Assign (after a rebalance the member reads on from the group's committed offsets: it may read again)."""
+    ops: list[Op] = []
+    for e in events(member):
+        if e["event"] == "assignment":
+            ops.append(Assign(number))
+        elif e["event"] == "record":
+            ops.append(Poll(number, {key(e["partition"]): [(e["offset"], index_of(e["value"]))]}))
+    return ops
+
+
+def committed_offsets(nodes: Nodes, topic: str, group: str) -> dict[int, int]:
+    """Partition -> ``group``'s committed offset (-1001: none), as OffsetFetch answers it now."""
+    consumer = Consumer({"bootstrap.servers": nodes.bootstrap(), "group.id": group, "enable.auto.commit": False})
+    try:
+        return {tp.partition: tp.offset
+                for tp in consumer.committed([TopicPartition(topic, p) for p in range(PARTITIONS)], timeout=30)}
+    finally:
+        consumer.close()
+
+
+def test_group_members_read_every_record_in_order_while_each_node_is_killed(nodes, group_members):
+    topic = rf3_topic(nodes, "kills-groups")
+    written = Written()
+    written.add(-1, produce_prefill(nodes, topic), time.monotonic())
+    with consumers(nodes, topic, group_members, assigned_all, "assigned every partition") as started:
+        faults = under_kills(nodes, topic, [written.writing(topic, nodes)])
+        assert written.errors == [], f"{written.errors[:5]}; the faults: {faults}"
+        ends = written.ends()
+        for client, member in zip(group_members, started):
+            member.wait_for(lambda r: at_ends(r, ends), 120, f"{client.name} at the ends {ends}")
+            member.stop()  # SIGTERM: it commits its positions, leaves the group and exits 0
+    history: list[Op] = [*written.sends]
+    acked, sent = written.acked(), {op.writes[0].value for op in written.sends}
+    for number, (client, member) in enumerate(zip(group_members, started)):
+        printed = Counter(e["event"] for e in events(member))
+        assert member.proc.returncode == 0 and printed["closed"] == 1 and printed["error"] == 0, \
+            f"{member.describe()}\n{faults}"
+        values = [index_of(e["value"]) for e in records_read(member)]
+        assert set(values) >= acked and set(values) <= sent, \
+            f"{client.name}: {len(acked - set(values))} acknowledged records not read, " \
+            f"{len(set(values) - sent)} read that no one sent; {faults}"
+        group = f"kills-{client.name}"
+        assert committed_offsets(nodes, topic, group) == ends, f"{group}'s committed offsets; {faults}"
+        history += member_history(number, member)
+    checked(history + final_reads(nodes, topic), faults)

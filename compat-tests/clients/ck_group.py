@@ -4,7 +4,9 @@ Prints the JSON lines of common.py plus ``assignment`` (the member's whole assig
 rebalance callback), ``committed`` (the offsets a synchronous commit stored) and ``closed``.
 Offsets are committed by hand (enable.auto.commit=false): synchronously in the revoke callback for the
 partitions being taken away, and at the end for everything still assigned, so a partition that moves to
-another member continues exactly after the last record this one printed.
+another member continues exactly after the last record this one printed; with ``--commit-every N`` also
+after every N records read (what is assigned then). A commit that fails as a whole (coordinator away) is a
+``committed`` event with its error in ``errors`` and no offsets: the member goes on.
 
 Stops (commit, close, exit 0) when: ``--max-records N`` records were read; ``--until-end`` and every
 partition of the topic that is assigned has reached the high watermark seen at start (and all partitions
@@ -17,7 +19,7 @@ import signal
 import time
 
 from common import emit, emit_record, group_parser
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 
 def main() -> None:
@@ -27,6 +29,7 @@ def main() -> None:
                     help="group.protocol: consumer = KIP-848 (server-side assignment, incremental callbacks)")
     ap.add_argument("--session-timeout-ms", type=int, default=10000)
     ap.add_argument("--instance-id", help="group.instance.id: a static member")
+    ap.add_argument("--commit-every", type=int, metavar="N", help="also commit the positions after every N records")
     args = ap.parse_args()
 
     stopping = False
@@ -65,7 +68,11 @@ def main() -> None:
             return
         positions = [tp for tp in consumer.position(parts) if tp.offset >= 0]
         if positions:
-            done = consumer.commit(offsets=positions, asynchronous=False)
+            try:
+                done = consumer.commit(offsets=positions, asynchronous=False)
+            except KafkaException as exc:
+                emit("committed", why=why, offsets={}, errors=[str(exc.args[0])])
+                return
             emit("committed", why=why, offsets={tp.partition: tp.offset for tp in done},
                  errors=[str(tp.error) for tp in done if tp.error is not None])
 
@@ -120,6 +127,8 @@ def main() -> None:
             ts_type, ts = msg.timestamp()
             emit_record(msg.partition(), msg.offset(), ts, ts_type, msg.key(), msg.value(), msg.headers())
             count += 1
+            if args.commit_every and count % args.commit_every == 0:
+                commit_positions(consumer.assignment(), "every")
             if args.max_records is not None and count >= args.max_records:
                 break
         commit_positions(consumer.assignment(), "close")

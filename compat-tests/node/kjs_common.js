@@ -8,13 +8,14 @@ const { Kafka, logLevel } = require('kafkajs');
 const { version } = require('kafkajs/package.json');
 const { emit, emitRecord, parseArgs, text } = require('./output');
 
-// A kafkajs client whose log entries (WARN and up) go to onLog({namespace, level, log}), then to stderr.
+// A kafkajs client of `bootstrap` (one or more host:port, comma-separated) whose log entries (WARN and up) go to
+// onLog({namespace, level, log}), then to stderr.
 function client(bootstrap, onLog = () => {}) {
   const logCreator = () => ({ namespace, level, log }) => {
     onLog({ namespace, level, log });
     console.error(JSON.stringify({ namespace, level, ...log }));
   };
-  return new Kafka({ clientId: 'walgate-compat-kjs', brokers: [bootstrap], logLevel: logLevel.WARN, logCreator,
+  return new Kafka({ clientId: 'walgate-compat-kjs', brokers: bootstrap.split(','), logLevel: logLevel.WARN, logCreator,
     connectionTimeout: 5000, requestTimeout: 15000, retry: { retries: 3 } });
 }
 

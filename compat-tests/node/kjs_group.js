@@ -1,24 +1,29 @@
 // kafkajs 2.2.4 group member: subscribe() with a groupId, consumer.run({eachMessage}), commits by hand
 // (autoCommit: false), as clients/ck_group.py does with confluent-kafka.
-// Usage: node kjs_group.js BOOTSTRAP TOPIC GROUP [--max-records N] [--until-end] [--timeout 60]
+// Usage: node kjs_group.js BOOTSTRAP TOPIC GROUP [--max-records N] [--until-end] [--commit-every N] [--timeout 60]
 // fromBeginning: true (auto.offset.reset earliest). kafkajs has no revoke callback: its REBALANCING event (the
 // heartbeat answered REBALANCE_IN_PROGRESS, just before it rejoins, eager protocol: everything is given up) is where
 // the member commits the position after the last record it printed of each partition it holds and stops printing
 // until the GROUP_JOIN event brings the new assignment (kafkajs then fetches from the committed offsets, so what
 // arrives in between is read again). At the end it commits the same for everything still assigned, then stop()
-// (LeaveGroup) and disconnect().
+// (LeaveGroup) and disconnect(); with --commit-every N also after every N records printed (what is assigned then).
+// A crash kafkajs restarts the consumer after (a retriable error, e.g. its retries to a killed broker exhausted: it
+// rejoins the group and fetches from the committed offsets) is a `restart` event ({name, message}); any other crash
+// ends the run as a failure.
 // Stops when N records were printed (--max-records); with --until-end once every partition of the topic is assigned
 // to it and read up to the high watermark seen at start (a partition nothing was printed of stands at the group's
-// committed offset, read with the admin client after each GROUP_JOIN, else at its low watermark); on SIGTERM; or
+// committed offset, read with the admin client after each GROUP_JOIN, asked again after a retriable error, else at
+// its low watermark); on SIGTERM; or
 // at --timeout (error event, then the same commit and close, exit code 2).
 // Prints: library, watermarks_high ({high: {p: offset}}), assignment ({after: 'assign' | 'revoke', partitions: the
-// whole current assignment}), record, committed ({why: 'revoke' | 'close', offsets: {p: offset}, errors}),
-// summary ({records}), closed.
+// whole current assignment}), record, committed ({why: 'revoke' | 'every' | 'close', offsets: {p: offset}, errors}),
+// restart, summary ({records}), closed.
 'use strict';
 const { client, emit, emitRecord, parseArgs, start } = require('./kjs_common');
 
 start(async () => {
-  const args = parseArgs(['bootstrap', 'topic', 'group'], { 'max-records': 0, 'until-end': false, timeout: 60 });
+  const args = parseArgs(['bootstrap', 'topic', 'group'], { 'max-records': 0, 'until-end': false, 'commit-every': 0,
+    timeout: 60 });
   const maxRecords = args['max-records'];
   const kafka = client(args.bootstrap);
   let mine = []; // the current assignment
@@ -66,6 +71,13 @@ start(async () => {
     }
     emit('committed', { why, offsets: Object.fromEntries(positions), errors });
   };
+  // the group's committed offsets into `committed` (--until-end's positions of partitions nothing was printed of);
+  // a retriable error (COORDINATOR_LOAD_IN_PROGRESS while a new coordinator loads the group, NOT_COORDINATOR), which
+  // kafkajs's admin does not retry, is asked again after 500 ms
+  const fetchCommitted = () => admin.fetchOffsets({ groupId: args.group, topics: [args.topic] }).then(([t]) => {
+    for (const o of t.partitions) committed[o.partition] = Number(o.offset);
+    check();
+  }).catch((err) => (err.retriable && !done ? setTimeout(fetchCommitted, 500) : fail(err)));
   consumer.on(consumer.events.REBALANCING, () => {
     if (done || !joined) return;
     joined = false;
@@ -79,12 +91,12 @@ start(async () => {
     for (const p of Object.keys(next).map(Number)) if (!mine.includes(p)) delete next[p];
     joined = true;
     emit('assignment', { after: 'assign', partitions: mine });
-    admin.fetchOffsets({ groupId: args.group, topics: [args.topic] }).then(([t]) => {
-      for (const o of t.partitions) committed[o.partition] = Number(o.offset);
-      check();
-    }).catch(fail);
+    if (args['until-end']) fetchCommitted();
   });
-  consumer.on(consumer.events.CRASH, ({ payload }) => fail(payload.error));
+  consumer.on(consumer.events.CRASH, ({ payload }) => {
+    if (!payload.restart) fail(payload.error);
+    else emit('restart', { name: payload.error.name, message: String(payload.error.message) });
+  });
   process.on('SIGTERM', () => finish());
 
   let code = 0;
@@ -98,6 +110,7 @@ start(async () => {
         emitRecord(partition, message);
         next[partition] = Number(message.offset) + 1;
         count++;
+        if (args['commit-every'] > 0 && count % args['commit-every'] === 0) await commit('every', mine);
         check();
       },
     });
