@@ -5,13 +5,18 @@ start, the end and the size with a first page; the pages after it, of any size, 
 manifest verifies, the tables those of the leader. Every error code: a node asking as another replica refused, a database
 or vgroup not led, leader epochs fenced or unknown, a stale broker epoch, a snapshot not held (an unknown id,
 one displaced by the follower's next begin, whose directory is then removed, one of an older leader epoch), a
-position past the end. The API is not in ApiVersions. The leader's held snapshots expire when no page asks for them and are bounded in number."""
+position past the end; seeded fuzzed requests of a node answered with one of those codes or a page. The API is not
+in ApiVersions. The leader's held snapshots expire when no page asks for them and are bounded in number."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import os
+import random
 import time
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +27,7 @@ import pytest
 from tests.cluster.etcd_cluster import EtcdCluster, etcd_cluster
 from tests.gateway.test_wal_fetch import DB, STABLE, WAIT_S, WAL, Pair, _both, pair
 from walgate.gateway.kafka.handlers import advertised
+from walgate.gateway.kafka.handlers.vnode_snapshot import PAGE_MAX
 from walgate.gateway.kafka.held_snapshots import Held, HeldSnapshots
 from walgate.replication.partition import PartitionState
 from walgate.storage.meta_store import META_STORE, MetaStore, OpenStores
@@ -136,6 +142,50 @@ async def test_every_error_code(etcd: EtcdCluster, tmp_path: Path) -> None:
         assert await code(snapshot_id=second.snapshot_id, current_leader_epoch=2) == ErrorCode.snapshot_not_found
         p.broker.led = None
         assert await code() == ErrorCode.not_leader_or_follower
+
+
+ANSWERED = {ErrorCode.none, ErrorCode.not_leader_or_follower, ErrorCode.fenced_leader_epoch,
+            ErrorCode.unknown_leader_epoch, ErrorCode.stale_broker_epoch, ErrorCode.snapshot_not_found,
+            ErrorCode.position_out_of_range, ErrorCode.cluster_authorization_failed}
+FUZZ_REQUESTS = int(os.environ.get("WALGATE_FUZZ_VNODE_SNAPSHOT", "60"))  # (more: a longer run)
+
+
+async def test_fuzzed_snapshot_requests_of_a_node_get_a_page_or_an_error(etcd: EtcdCluster, tmp_path: Path,
+                                                                          caplog: pytest.LogCaptureFixture) -> None:
+    """Seeded: any field values from a node (databases and vgroups known or not, replicas other than itself, epochs
+    old and new, snapshot ids held, displaced or unknown, positions negative, inside, past the end, byte limits
+    negative to the largest) are answered with a code of the handler's; a page holds at most the bytes asked (at
+    least 1, at most ``PAGE_MAX``) from the position asked, the same bytes each time it is asked; no ERROR logged."""
+    rng = random.Random(26)
+    async with pair(etcd, tmp_path) as p:
+        db_id, _ = await _trimmed(p)
+        held: list[uuid.UUID] = []
+        pages: dict[tuple[uuid.UUID, int, int], bytes] = {}
+        seen: Counter[str] = Counter()
+        for _ in range(FUZZ_REQUESTS):
+            fields: dict[str, Any] = {
+                "db_id": rng.choice([db_id] * 4 + [uuid.uuid4()]), "vgroup": rng.choice([0, 0, 0, 1, -1]),
+                "replica_id": rng.choice([2, 2, 2, 2, 1, 3]), "current_leader_epoch": rng.choice([1, 1, 1, 0, 2, -1]),
+                "broker_epoch": p.led.registered[2] + rng.choice([0, 0, 0, 1, -1]),
+                "snapshot_id": rng.choice([ZERO, uuid.uuid4(), *held[-2:], *held[-2:]]),
+                "position": rng.choice([0, rng.randint(0, 1 << 16), -1, 1 << 40]),
+                "max_bytes": rng.choice([-1, 0, 1, 100, 1 << 20, (1 << 31) - 1])}
+            answer = await _call(p, **fields)
+            assert answer.error_code in ANSWERED, (fields, answer)
+            seen[ErrorCode(answer.error_code).name] += 1
+            if answer.error_code != ErrorCode.none:
+                assert not answer.data, (fields, answer)
+                continue
+            begun = fields["snapshot_id"] == ZERO
+            if begun:
+                held.append(answer.snapshot_id)
+            assert answer.position == (0 if begun else fields["position"])
+            assert len(answer.data) <= min(max(1, fields["max_bytes"]), PAGE_MAX)
+            page = (answer.snapshot_id, answer.position, len(answer.data))
+            assert pages.setdefault(page, bytes(answer.data)) == bytes(answer.data), "a page asked again differs"
+        assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+        assert min(seen["none"], seen["snapshot_not_found"], seen["cluster_authorization_failed"],
+                   seen["not_leader_or_follower"]) > 0, seen
 
 
 def _held(sid: str, replica: int, vgroup: int = 0) -> Held:
