@@ -3,7 +3,10 @@
 :func:`running_cluster` starts the etcd member (tests/cluster/etcd_cluster.py: Debian's ``etcd``, stopped by PID),
 then node 1 (waits until it is the controller), then the other nodes, each a ``livewalgate.running_walgate``
 process on free ports, and returns once every node lists every node as ready in ``SHOW DNODES`` (the membership
-placement uses): a database, topic or group coordinator partition made after that is spread over all of them.
+placement uses) and every group coordinator partition answers (:func:`coordinators_answer`: in a replicated cluster
+``__consumer_offsets`` is made by the first group lookup and its leaders load it, COORDINATOR_LOAD_IN_PROGRESS
+meanwhile, which librdkafka's admin calls do not retry): a database or topic made after that is spread over all of
+them.
 Every node has ``offsets.topic.num.partitions`` = :data:`COORDINATOR_PARTITIONS` (Kafka's default; the first
 node's is the cluster's), so groups are coordinated by whichever node their id's hash names. Teardown stops the
 nodes by PID (last first), then etcd.
@@ -25,13 +28,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient
 
 from livewalgate import WalgateServer, running_walgate
+from walgate.storage.coordinator_partitions import partition_for
 
 sys.path.insert(0, str(Path(__file__).parent / "tests" / "cluster"))
 from etcd_cluster import EtcdCluster, etcd_cluster  # noqa: E402
 
-__all__ = ["COORDINATOR_PARTITIONS", "LiveCluster", "running_cluster"]
+__all__ = ["COORDINATOR_PARTITIONS", "LiveCluster", "coordinators_answer", "running_cluster"]
 
 COORDINATOR_PARTITIONS = 50
 READY_TIMEOUT_S = 120.0  # every node listing every node, on a loaded machine
@@ -55,6 +61,21 @@ class LiveCluster:
     def log(self) -> str:
         """Every node's output so far, each under its own heading."""
         return "\n".join(f"===== node {i + 1}\n{n.log()}" for i, n in enumerate(self.nodes))
+
+
+def coordinators_answer(bootstrap: str, partitions: int) -> bool:
+    """Whether DescribeConsumerGroups through ``bootstrap`` of one group id of each of the ``partitions`` coordinator
+    partitions is answered without an error (a group that does not exist is described as dead)."""
+    groups: dict[int, str] = {}
+    for i in range(100 * partitions):  # bounded: ids hash evenly, every partition is named long before
+        groups.setdefault(partition_for(f"probe-{i}", partitions), f"probe-{i}")
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    try:
+        for answer in admin.describe_consumer_groups(list(groups.values()), request_timeout=10).values():
+            answer.result(15)
+    except KafkaException:
+        return False
+    return True
 
 
 def _ready_nodes(server: WalgateServer) -> set[int]:
@@ -96,4 +117,7 @@ def running_cluster(workdir: Path, nodes: int = 3, *args: str,
         want = set(range(1, nodes + 1))
         _wait(f"every node listing nodes {sorted(want)} as ready",
               lambda: all(_ready_nodes(s) >= want for s in started), started)
-        yield LiveCluster(started, etcd)
+        cluster = LiveCluster(started, etcd)
+        _wait("every group coordinator partition answering",
+              lambda: coordinators_answer(",".join(cluster.brokers), COORDINATOR_PARTITIONS), started)
+        yield cluster

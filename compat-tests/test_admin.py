@@ -43,35 +43,32 @@ def test_topics_admin_round_trip(broker, java, clients, request):
     assert got["deleted"]["listed"] is False, run.describe()
 
 
-def test_replica_counts_above_one_are_refused_until_replication_is_served(walgate_cluster):
-    """Issue 25, step 2: on a 3-node cluster a replication factor of 2 or 3 (confluent-kafka, kafka-python) and SQL
-    ``REPLICA 3`` are valid placements refused until replication is served (INVALID_REPLICATION_FACTOR, 38): no topic
-    or database claims copies that do not exist. A factor above the live nodes gets Kafka's placer text."""
+def test_replica_counts_the_cluster_cannot_hold_are_refused(walgate_cluster):
+    """Issue 25: on a 3-node cluster a replication factor of 4 (confluent-kafka, kafka-python) gets Kafka's placer
+    error (INVALID_REPLICATION_FACTOR, 38) and SQL ``REPLICA 2`` TDengine's: no topic or database claims copies that
+    cannot exist. (Factors 2 and 3 are served: test_replication_factor.py; refused on a cluster run with
+    ``replication.enable=false``: tests/cluster/test_serve_cluster_assignments.py.)"""
     from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import AdminClient, NewTopic
     from kafka.admin import KafkaAdminClient
     from kafka.admin import NewTopic as KpNewTopic
     from kafka.errors import InvalidReplicationFactorError
 
-    not_enabled = ("replication factor {}: replication factor above 1 is not enabled yet (issue 25: no node copies "
-                   "another's partitions yet); use 1")
     admin = AdminClient({"bootstrap.servers": walgate_cluster.bootstrap})
-    for topic, factor, message in (("rf3", 3, not_enabled.format(3)), ("rf2", 2, not_enabled.format(2)),
-                                   ("rf4", 4, "Unable to replicate the partition 4 time(s): The target replication "
-                                              "factor of 4 cannot be reached because only 3 broker(s) are "
-                                              "registered.")):
-        [future] = admin.create_topics([NewTopic(topic, 2, factor)], request_timeout=60).values()
-        with pytest.raises(KafkaException) as refused:
-            future.result(timeout=60)
-        error = refused.value.args[0]
-        assert error.code() == KafkaError.INVALID_REPLICATION_FACTOR and error.str() == message, error
+    [future] = admin.create_topics([NewTopic("rf4", 2, 4)], request_timeout=60).values()
+    with pytest.raises(KafkaException) as refused:
+        future.result(timeout=60)
+    error = refused.value.args[0]
+    assert error.code() == KafkaError.INVALID_REPLICATION_FACTOR and error.str() == (
+        "Unable to replicate the partition 4 time(s): The target replication factor of 4 cannot be reached because "
+        "only 3 broker(s) are registered."), error
     kp = KafkaAdminClient(bootstrap_servers=walgate_cluster.bootstrap, request_timeout_ms=60_000)
     try:
         with pytest.raises(InvalidReplicationFactorError):
-            kp.create_topics([KpNewTopic("kp-rf3", 1, 3)])
+            kp.create_topics([KpNewTopic("kp-rf4", 1, 4)])
     finally:
         kp.close()
-    with pytest.raises(AssertionError, match="replication factor above 1 is not enabled yet"):
-        walgate_cluster.sql("CREATE DATABASE rf3 REPLICA 3")
+    with pytest.raises(AssertionError, match="Invalid option replications: 2, only 1, 3 allowed"):
+        walgate_cluster.sql("CREATE DATABASE rf2 REPLICA 2")
     assert [r[0] for r in walgate_cluster.sql("SHOW TOPICS")["data"] if r[0].startswith(("rf", "kp-"))] == []
-    assert "rf3" not in [r[0] for r in walgate_cluster.sql("SHOW DATABASES")["data"]]
+    assert "rf2" not in [r[0] for r in walgate_cluster.sql("SHOW DATABASES")["data"]]

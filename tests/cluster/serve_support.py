@@ -30,12 +30,15 @@ from walgate.cluster.model import Keys
 sys.path.insert(0, str(Path(__file__).parents[2] / "compat-tests"))
 import setup_clients  # noqa: E402
 
-__all__ = ["WAIT_S", "cluster_args", "node", "two_nodes", "sql", "readyz", "eventually", "wait_log",
+__all__ = ["WAIT_S", "ONE_COPY", "cluster_args", "node", "two_nodes", "sql", "readyz", "eventually", "wait_log",
            "describe_cluster", "java_events", "registered_nodes", "node_token", "no_traceback", "produce_to"]
 
 JAVA_DIR = Path(__file__).parents[2] / "compat-tests" / "java"
 WAIT_S = 60.0
 SESSION_MS = "2000"  # broker.session.timeout.ms: a killed node's lease expires within 2 s
+ONE_COPY = ("--override", "replication.enable=false")
+"""Issue 24's cluster, without replicas: every vgroup one copy, the group coordinators' partitions placed over the
+nodes (``coordinator_placement``), a dead node's partitions and groups unavailable until it is back."""
 
 
 def cluster_args(etcd: EtcdCluster, node_id: int) -> list[str]:

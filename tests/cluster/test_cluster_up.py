@@ -25,9 +25,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-from serve_support import poll_until
+from serve_support import eventually, poll_until
 
 from livewalgate import walgate_env
 from walgate.gateway.cli import ApiClient
@@ -137,8 +137,18 @@ def test_cluster_up_serves_a_client_through_the_printed_bootstrap_list_and_sigte
                 producer.produce("events", v, partition=p, on_delivery=lambda err, msg: err and errors.append(err))
         assert producer.flush(60) == 0 and errors == []
         assert read_back(bootstrap, 60) == values
-        described = admin.describe_consumer_groups([f"group-{i}" for i in range(12)])
-        assert {f.result(60).coordinator.id for f in described.values()} == {1, 2, 3}, "groups spread over the nodes"
+        coordinators: list[set[int]] = []
+
+        def described() -> bool:  # __consumer_offsets is made by the first lookup, then loaded by its leaders
+            try:
+                answers = admin.describe_consumer_groups([f"group-{i}" for i in range(12)], request_timeout=10)
+                coordinators.append({f.result(15).coordinator.id for f in answers.values()})
+            except KafkaException:  # COORDINATOR_LOAD_IN_PROGRESS meanwhile, which librdkafka's admin does not retry
+                return False
+            return True
+
+        eventually("every group described", described)
+        assert coordinators[-1] == {1, 2, 3}, "groups spread over the nodes"
 
         [owner] = re.findall(r"^demo data: database power \(1 vgroup, on node (\d+)\)", text, re.M)
         demo = ApiClient(http[owner])

@@ -145,6 +145,6 @@ def test_a_bad_manual_assignment_is_refused_with_its_reason(assignment: list[tup
 def test_a_factor_above_1_is_served_only_with_replication_enabled() -> None:
     for factor in (2, 3):
         assert unserved(factor, True) is None
-        assert unserved(factor, False) == (f"replication factor {factor}: replication factor above 1 is not enabled "
-                                           "yet (issue 25: no node copies another's partitions yet); use 1")
+        assert unserved(factor, False) == (f"replication factor {factor}: this cluster runs without replicas "
+                                           "(replication.enable=false on its nodes); use 1")
     assert unserved(1, False) is None and unserved(1, True) is None

@@ -20,13 +20,12 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 from etcd_cluster import EtcdCluster
-from serve_support import eventually, java_events, no_traceback, produce_to, sql, two_nodes
+from serve_support import ONE_COPY, eventually, java_events, no_traceback, produce_to, sql, two_nodes
 from test_serve_cluster_topics import leaders, placement, read, vnode_dirs
 
 from livewalgate import WalgateServer, running_walgate
 
-NOT_ENABLED = ("replication factor 2: replication factor above 1 is not enabled yet (issue 25: no node copies another's "
-               "partitions yet); use 1")
+NOT_ENABLED = "replication factor 2: this cluster runs without replicas (replication.enable=false on its nodes); use 1"
 NO_SUCH_BROKER = ("The manual partition assignment includes broker 3, but no such broker is registered "
                   "(live nodes: 1, 2).")
 
@@ -48,7 +47,7 @@ def partition_count(server: WalgateServer, topic: str) -> int:
 
 def test_assignments_place_partitions_on_the_nodes_named_and_bad_ones_are_refused(etcd1: EtcdCluster,
                                                                                    tmp_path: Path) -> None:
-    with two_nodes(etcd1, tmp_path) as (n1, n2, bootstrap1, _):
+    with two_nodes(etcd1, tmp_path, *ONE_COPY) as (n1, n2, bootstrap1, _):
         eventually("node 1 places over both", lambda: [r[2] for r in sql(n1, "SHOW DNODES")] == ["ready"] * 2)
         events = java_events("ManualAssignment.java", bootstrap1,
                              "create-validate", "v", "2,1",  # validate_only: checked, nothing created
@@ -56,7 +55,7 @@ def test_assignments_place_partitions_on_the_nodes_named_and_bad_ones_are_refuse
                              "grow-validate", "m", "5", "2,1",
                              "grow", "m", "4", "1",
                              "create", "dead", "1,3",  # node 3 is not a live node of the cluster
-                             "create", "rf2", "1+2",  # two copies: replication is not enabled yet
+                             "create", "rf2", "1+2",  # two copies: this cluster runs without replicas
                              "grow", "m", "6", "1")  # two partitions added, one assigned
         outcomes = [(e["op"], e["topic"], e["error"], e["message"]) for e in events]
         invalid = "InvalidReplicaAssignmentException"

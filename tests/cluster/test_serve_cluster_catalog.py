@@ -205,7 +205,8 @@ def test_a_restarted_node_catches_up_and_a_new_controller_takes_changes(etcd1: E
 
 
 def test_without_an_etcd_majority_changes_are_refused_and_data_goes_on(etcd3: EtcdCluster, tmp_path: Path) -> None:
-    with node(etcd3, tmp_path, 1, *AUTHORIZER, "--override", "super.users=User:ANONYMOUS") as n1:
+    with node(etcd3, tmp_path, 1, *AUTHORIZER, "--override", "super.users=User:ANONYMOUS",
+              "--override", "offsets.topic.replication.factor=1") as n1:  # __consumer_offsets on the one node
         eventually("node 1 is the controller", lambda: "node 1: controller" in n1.log())
         create_topic(n1.kafka_port, "data")
         assert produce(n1.kafka_port, "data", b"one") is None
@@ -236,7 +237,7 @@ def test_without_an_etcd_majority_changes_are_refused_and_data_goes_on(etcd3: Et
             if what != "DeleteTopics":  # the version librdkafka sends has no error message
                 assert "The cluster's catalog did not take the change" in error.str(), (what, error)
         client = admin(n1.kafka_port)
-        assert set(client.list_topics(timeout=30).topics) == {"data"}, "no topic made or deleted"
+        assert set(client.list_topics(timeout=30).topics) == {"data", "__consumer_offsets"}, "no topic made or deleted"
         assert len(client.list_topics("data", timeout=30).topics["data"].partitions) == 1
         assert produce(n1.kafka_port, "data", b"two") is None
         consumer = Consumer({"bootstrap.servers": f"127.0.0.1:{n1.kafka_port}", "group.id": "g",

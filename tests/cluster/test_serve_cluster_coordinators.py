@@ -26,6 +26,7 @@ from etcd_cluster import EtcdCluster
 from serve_support import (
     JARS,
     JAVA_DIR,
+    ONE_COPY,
     cluster_args,
     eventually,
     no_traceback,
@@ -46,6 +47,7 @@ from walgate.wire.errors import ErrorCode
 
 TOPIC = "orders"
 PARTITIONS = "offsets.topic.num.partitions=4"
+COORDINATED = ("--override", PARTITIONS, *ONE_COPY)  # 4 coordinator partitions placed over the nodes, one copy each
 NOT_COORDINATOR = ErrorCode.not_coordinator
 
 
@@ -142,9 +144,9 @@ def _java_consumer(port: int, group: str, *properties: str) -> None:
 
 
 def test_each_group_is_coordinated_by_the_node_of_its_partition(etcd1: EtcdCluster, tmp_path: Path) -> None:
-    with node(etcd1, tmp_path, 1, "--override", PARTITIONS) as n1:
+    with node(etcd1, tmp_path, 1, *COORDINATED) as n1:
         wait_log(n1, "node 1: controller")
-        with node(etcd1, tmp_path, 2, "--override", PARTITIONS) as n2:
+        with node(etcd1, tmp_path, 2, *COORDINATED) as n2:
             ports = {1: n1.kafka_port, 2: n2.kafka_port}
             wait_log(n1, "nodes 1,2")
             _find(n1.kafka_port, "first")  # places the coordinator partitions over both nodes
@@ -221,9 +223,9 @@ def _not_coordinator(port: int, own: str, other: str) -> None:
 
 
 def test_a_dead_coordinator_is_not_available_until_it_is_back(etcd1: EtcdCluster, tmp_path: Path) -> None:
-    with node(etcd1, tmp_path, 1, "--override", PARTITIONS) as n1:
+    with node(etcd1, tmp_path, 1, *COORDINATED) as n1:
         wait_log(n1, "node 1: controller")
-        with node(etcd1, tmp_path, 2, "--override", PARTITIONS) as n2:
+        with node(etcd1, tmp_path, 2, *COORDINATED) as n2:
             wait_log(n1, "nodes 1,2")
             _find(n1.kafka_port, "first")
             placement = _placement(etcd1)
@@ -238,7 +240,7 @@ def test_a_dead_coordinator_is_not_available_until_it_is_back(etcd1: EtcdCluster
         assert _find(n1.kafka_port, g1) == [(g1, 1, n1.kafka_port, ErrorCode.none)]
         _commit(n1.kafka_port, g1, {0: 4, 1: 6})  # node 1's groups go on (partition 1 is on node 2, down: a commit
         assert _committed(n1.kafka_port, g1) == {0: 4, 1: 6}  # needs only its coordinator)
-        with node(etcd1, tmp_path, 2, "--override", PARTITIONS, data_dir=data2, kafka_port=port2) as again:
+        with node(etcd1, tmp_path, 2, *COORDINATED, data_dir=data2, kafka_port=port2) as again:
             eventually("node 2 coordinates its groups again",
                        lambda: _find(n1.kafka_port, g2) == [(g2, 2, port2, ErrorCode.none)])
             assert _committed(n1.kafka_port, g2) == {0: 10, 1: 10}, "the acknowledged commit survived kill -9"
@@ -248,10 +250,10 @@ def test_a_dead_coordinator_is_not_available_until_it_is_back(etcd1: EtcdCluster
 
 def test_a_data_dir_with_another_number_of_coordinator_partitions_is_refused(etcd1: EtcdCluster,
                                                                              tmp_path: Path) -> None:
-    with node(etcd1, tmp_path, 1, "--override", PARTITIONS) as n1:
+    with node(etcd1, tmp_path, 1, *COORDINATED) as n1:
         wait_log(n1, "walgate ready")
         other = tmp_path / "other"
-        with node(etcd1, other, 2, "--override", "offsets.topic.num.partitions=1", data_dir=other / "data"):
+        with node(etcd1, other, 2, "--override", "offsets.topic.num.partitions=1", *ONE_COPY, data_dir=other / "data"):
             pass  # a data dir made by this start has the cluster's 4, whatever the setting
         assert sorted(p.name for p in (other / "data" / "coordinator").iterdir()) == [
             f"offsets-{p}.log" for p in range(4)]
@@ -260,4 +262,22 @@ def test_a_data_dir_with_another_number_of_coordinator_partitions_is_refused(etc
         assert refused.returncode == 1, refused.stderr
         assert "holds 1 group coordinator partitions" in refused.stderr and "has 4" in refused.stderr, refused.stderr
         assert "Traceback" not in refused.stderr
+        no_traceback(n1)
+
+
+def test_a_replicated_cluster_below_its_offsets_factor_has_no_coordinator_and_says_why(etcd1: EtcdCluster,
+                                                                                       tmp_path: Path) -> None:
+    """A replicated cluster (the default) of one node with Kafka's default ``offsets.topic.replication.factor`` 3:
+    ``__consumer_offsets`` is not made, FindCoordinator answers COORDINATOR_NOT_AVAILABLE saying why, and the node
+    logs it once (as Kafka's "Number of alive brokers ... does not meet the required replication factor")."""
+    with node(etcd1, tmp_path, 1) as n1:
+        wait_log(n1, "node 1: controller")
+        for _ in range(3):
+            [(key, node_id, _port, error)] = _find(n1.kafka_port, "g")
+            assert (key, node_id, error) == ("g", -1, ErrorCode.coordinator_not_available)
+        answer = _request(n1.kafka_port, 10, 4, {"key_type": 0, "coordinator_keys": ["g"]})
+        assert "The target replication factor of 3 cannot be reached because only 1 broker(s) are registered" in (
+            answer.coordinators[0].error_message), answer
+        assert n1.log().count("no group or transaction coordinator: the __consumer_offsets topic cannot be made now "
+                              "(offsets.topic.replication.factor 3)") == 1, n1.log()[-3000:]
         no_traceback(n1)

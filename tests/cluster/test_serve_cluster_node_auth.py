@@ -27,7 +27,7 @@ import scramp
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from etcd_cluster import EtcdCluster, free_port
-from serve_support import no_traceback, node, node_token, wait_log
+from serve_support import ONE_COPY, no_traceback, node, node_token, wait_log
 
 from livewalgate import WalgateServer, walgate_env
 from testcerts import Certs, make_certs
@@ -59,7 +59,7 @@ def _nodes(etcd: EtcdCluster, tmp_path: Path, certs: Certs | None
 
     def sasl_node(i: int) -> Any:
         protocol = "SASL_PLAINTEXT" if certs is None else "SSL"
-        return node(etcd, tmp_path, i, "--override", f"listeners={protocol}://127.0.0.1:{ports[i]}", *tls, env=env,
+        return node(etcd, tmp_path, i, *ONE_COPY, "--override", f"listeners={protocol}://127.0.0.1:{ports[i]}", *tls, env=env,
                     kafka_port=ports[i])
 
     with sasl_node(1) as n1:

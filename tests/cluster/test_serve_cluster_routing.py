@@ -24,7 +24,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from etcd_cluster import EtcdCluster
 from history import Assign, Op, Poll, Send, Write, check
-from serve_support import eventually, java_events, no_traceback, node, poll_until, produce_to, sql, wait_log
+from serve_support import ONE_COPY, eventually, java_events, no_traceback, node, poll_until, produce_to, sql, wait_log
 
 from walgate.storage import lines
 from walgate.storage.engine import Engine
@@ -74,9 +74,9 @@ def _consume(port: int, group: str, count: int) -> dict[int, list[bytes]]:
 def test_clients_bootstrapped_on_one_node_are_routed_to_each_partitions_node(etcd1: EtcdCluster,
                                                                               tmp_path: Path) -> None:
     data1, data2, db = _data_dirs(tmp_path)
-    with node(etcd1, tmp_path, 1, data_dir=data1) as n1:
+    with node(etcd1, tmp_path, 1, *ONE_COPY, data_dir=data1) as n1:
         wait_log(n1, "node 1: controller")
-        with node(etcd1, tmp_path, 2, data_dir=data2) as n2:
+        with node(etcd1, tmp_path, 2, *ONE_COPY, data_dir=data2) as n2:
             eventually("node 1 names node 2 the leader of partition 1", lambda: _leaders(n1.kafka_port) == {0: 1, 1: 2})
             assert _leaders(n2.kafka_port) == {0: 1, 1: 2}
             assert sql(n2, f"SHOW {db}.VGROUPS") == [[0, db, None, 1, "leader"], [1, db, 0, 2, "leader"]]
@@ -97,7 +97,7 @@ def test_clients_bootstrapped_on_one_node_are_routed_to_each_partitions_node(etc
             n2.proc.wait(timeout=30)
         eventually("partition 1 has no leader once node 2's lease expired", lambda: _leaders(n1.kafka_port) == {0: 1, 1: -1})
         assert produce_to(n1.kafka_port, TOPIC, {0: [b"c0", b"c1"]}) == {0: [15, 16]}  # node 1's partition serves on
-        with node(etcd1, tmp_path, 2, data_dir=data2, kafka_port=kafka_port2) as n2:
+        with node(etcd1, tmp_path, 2, *ONE_COPY, data_dir=data2, kafka_port=kafka_port2) as n2:
             eventually("node 2 leads partition 1 again", lambda: _leaders(n1.kafka_port) == {0: 1, 1: 2})
             assert produce_to(n1.kafka_port, TOPIC, {1: [b"d0"]}) == {1: [15]}
             everything = _consume(n1.kafka_port, "fresh", 33)
@@ -153,9 +153,9 @@ def test_kill_9_of_one_node_under_load_loses_nothing_acknowledged(etcd1: EtcdClu
     data1, data2, _ = _data_dirs(tmp_path)
     ops: list[Op] = []
     stop = threading.Event()
-    with node(etcd1, tmp_path, 1, data_dir=data1) as n1:
+    with node(etcd1, tmp_path, 1, *ONE_COPY, data_dir=data1) as n1:
         wait_log(n1, "node 1: controller")
-        with node(etcd1, tmp_path, 2, data_dir=data2) as n2:
+        with node(etcd1, tmp_path, 2, *ONE_COPY, data_dir=data2) as n2:
             eventually("node 2 leads partition 1", lambda: _leaders(n1.kafka_port) == {0: 1, 1: 2})
             load = threading.Thread(target=_load, args=(n1.kafka_port, stop, ops))
             load.start()
@@ -166,7 +166,7 @@ def test_kill_9_of_one_node_under_load_loses_nothing_acknowledged(etcd1: EtcdClu
                 n2.proc.send_signal(signal.SIGKILL)
                 n2.proc.wait(timeout=30)
                 eventually("partition 1 has no leader", lambda: _leaders(n1.kafka_port)[1] == -1)
-                with node(etcd1, tmp_path, 2, data_dir=data2, kafka_port=port2) as again:
+                with node(etcd1, tmp_path, 2, *ONE_COPY, data_dir=data2, kafka_port=port2) as again:
                     eventually("node 2 leads partition 1 again", lambda: _leaders(n1.kafka_port) == {0: 1, 1: 2})
                     served = len(ops)
                     eventually("partition 1 takes writes again",

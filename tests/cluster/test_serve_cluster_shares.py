@@ -26,14 +26,14 @@ import pytest
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic, ResourceType
 from etcd_cluster import EtcdCluster
 from serve_support import JARS, JAVA_DIR, eventually, no_traceback, node, produce_to, setup_clients, wait_log
-from test_serve_cluster_coordinators import PARTITIONS, _find, _group_of, _placement, _request
+from test_serve_cluster_coordinators import COORDINATED, _find, _group_of, _placement, _request
 
 from livewalgate import WalgateServer
 from walgate.wire.errors import ErrorCode
 
 TOPIC = "jobs"
 LOCK_MS = 6000
-SHARES = ("--override", PARTITIONS, "--override", f"group.share.record.lock.duration.ms={LOCK_MS}",
+SHARES = (*COORDINATED, "--override", f"group.share.record.lock.duration.ms={LOCK_MS}",
           "--override", "group.share.delivery.count.limit=3")
 QUICK_SESSIONS = ("--override", "group.share.heartbeat.interval.ms=2000",
                   "--override", "group.share.session.timeout.ms=8000")  # a killed member leaves the group within 8 s

@@ -32,7 +32,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from etcd_cluster import EtcdCluster
 from serve_support import eventually, java_events, no_traceback, node, produce_to, two_nodes, wait_log
-from test_serve_cluster_coordinators import _find, _group_of, _placement, _request
+from test_serve_cluster_coordinators import COORDINATED, _find, _group_of, _placement, _request
 from test_transactions_coordinator import read_committed  # compat-tests/, which serve_support puts on the path
 
 from livewalgate import walgate_env
@@ -45,7 +45,6 @@ from walgate.wire.errors import ErrorCode
 DISK_FULL_SITE = Path(__file__).parent / "disk_full_site"
 TOPIC = "payments"
 SOURCE, SINK = "payments_in", "payments_out"  # consume-transform-produce
-PARTITIONS = "offsets.topic.num.partitions=4"
 CHECK_1S = "transaction.abort.timed.out.transaction.cleanup.interval.ms=1000"
 NOT_COORDINATOR = ErrorCode.not_coordinator
 
@@ -97,7 +96,7 @@ def _markers_refused(port: int, client_id: str) -> None:
 
 
 def test_transactions_over_two_nodes_partitions_and_groups(etcd1: EtcdCluster, tmp_path: Path) -> None:
-    with two_nodes(etcd1, tmp_path, "--override", PARTITIONS) as (n1, n2, _, _):
+    with two_nodes(etcd1, tmp_path, *COORDINATED) as (n1, n2, _, _):
         ports = {1: n1.kafka_port, 2: n2.kafka_port}
         wait_log(n1, "nodes 1,2")
         _find(n1.kafka_port, "first")
@@ -188,10 +187,10 @@ def _send(producer: Producer, *values: str) -> None:
 
 def test_markers_owed_to_a_dead_node_are_written_after_both_nodes_restart(etcd1: EtcdCluster,
                                                                           tmp_path: Path) -> None:
-    with node(etcd1, tmp_path, 1, "--override", PARTITIONS) as n1:
+    with node(etcd1, tmp_path, 1, *COORDINATED) as n1:
         wait_log(n1, "node 1: controller")
         port1, data1 = n1.kafka_port, n1.data_dir
-        with node(etcd1, tmp_path, 2, "--override", PARTITIONS) as n2:
+        with node(etcd1, tmp_path, 2, *COORDINATED) as n2:
             port2, data2 = n2.kafka_port, n2.data_dir
             wait_log(n1, "nodes 1,2")
             _find(port1, "first")
@@ -214,10 +213,10 @@ def test_markers_owed_to_a_dead_node_are_written_after_both_nodes_restart(etcd1:
     full = tmp_path / "disk-full"  # node 2 comes back with a full disk: its marker write is refused (ENOSPC)
     env = {**walgate_env(), "WGT_DISK_FULL": str(full),
            "PYTHONPATH": os.pathsep.join(p for p in (str(DISK_FULL_SITE), os.environ.get("PYTHONPATH", "")) if p)}
-    with node(etcd1, tmp_path, 2, "--override", PARTITIONS, "--override", CHECK_1S, data_dir=data2,
+    with node(etcd1, tmp_path, 2, *COORDINATED, "--override", CHECK_1S, data_dir=data2,
               kafka_port=port2, env=env) as again2:
         full.touch()
-        with node(etcd1, tmp_path, 1, "--override", PARTITIONS, data_dir=data1, kafka_port=port1) as again1:
+        with node(etcd1, tmp_path, 1, *COORDINATED, data_dir=data1, kafka_port=port1) as again1:
             wait_log(again1, "KAFKA_STORAGE_ERROR")  # node 2 answered its marker: not written, tried again
             assert _read_committed(port1) == ["kept-0", "kept-2"], "partition 1 stops before the undecided records"
             full.unlink()

@@ -3,11 +3,12 @@ cluster"): real ``walgate serve`` processes over a real etcd, stopped by PID.
 
 A single node (no ``--cluster``) is given a database with rows in two subtables, a Kafka-native topic with records,
 a TDengine topic, a user and a consumer group's committed offsets; stopped, its data dir starts as node 1 of a new
-cluster (set to 50 coordinator partitions: the cluster takes the data dir's 1) and two empty nodes join. confluent-kafka bootstrapped on each node reads every record of both topics, the
+cluster run with ``replication.enable=false`` (set to 50 coordinator partitions: the cluster takes the data dir's 1)
+and two empty nodes join. confluent-kafka bootstrapped on each node reads every record of both topics, the
 group resumes from its committed offsets, Metadata answers the single node's cluster id, SQL through node 2 answers
 the old rows and knows the user. A second
 single node's data dir joining that cluster is refused at start (exit code 1, its catalog unchanged, not
-registered); with ``replication.enable`` a data dir holding committed offsets is refused as the first node too, and
+registered); in a replicated cluster (the default) a data dir holding committed offsets is refused as the first node too, and
 taken in once its group is deleted (its topic served with one replica per partition, as before)."""
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pathlib import Path
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from etcd_cluster import EtcdCluster
-from serve_support import cluster_args, no_traceback, node, produce_to, registered_nodes, sql, wait_log
+from serve_support import ONE_COPY, cluster_args, no_traceback, node, produce_to, registered_nodes, sql, wait_log
 from test_serve_cluster import serve_fails
 
 from livewalgate import WalgateServer, running_walgate
@@ -106,9 +107,9 @@ def test_a_single_nodes_data_dir_becomes_the_first_node_of_a_cluster(etcd1: Etcd
     with running_walgate(tmp_path / "as-single", data_dir=data) as single:
         _single_node_data(single)
         cluster_id = _cluster_id(single.kafka_port)
-    with node(etcd1, tmp_path, 1, "--override", "offsets.topic.num.partitions=50", data_dir=data) as n1:  # its 1
+    with node(etcd1, tmp_path, 1, "--override", "offsets.topic.num.partitions=50", *ONE_COPY, data_dir=data) as n1:  # its 1
         wait_log(n1, "now the catalog of cluster 'walgate'")
-        with node(etcd1, tmp_path, 2) as n2, node(etcd1, tmp_path, 3) as n3:
+        with node(etcd1, tmp_path, 2, *ONE_COPY) as n2, node(etcd1, tmp_path, 3, *ONE_COPY) as n3:
             for server in (n1, n2, n3):
                 assert sorted(_read_all(server.kafka_port, TOPIC, 2, 20)) == sorted(VALUES[0] + VALUES[1])
                 assert len(_read_all(server.kafka_port, "topic_meters", 2, len(ROWS))) == len(ROWS)

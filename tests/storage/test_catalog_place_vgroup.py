@@ -169,3 +169,36 @@ def test_a_one_copy_vgroup_once_moved_stays_replicated(tmp_path: Path) -> None:
     other = _cluster_catalog(tmp_path / "other.log")
     other.restore_shared(catalog.shared_seq, catalog.shared_records())
     assert other.databases["kafka_s"].replicated(0) and not other.databases["kafka_s"].replicated(1)
+
+
+def test_a_topic_made_with_states_has_a_partition_state_for_each_vgroup_of_one_copy(tmp_path: Path) -> None:
+    """A replicated cluster's ``__consumer_offsets`` at ``offsets.topic.replication.factor`` 1 (its leaders are the
+    group coordinators): its ``create_kafka_topic`` record's ``states`` makes every vgroup replicated from the start
+    (the controller creates their states), across a restart, a rewrite and a snapshot; a record whose ``states`` is
+    not a boolean is passed over; a topic made without it stays one copy."""
+    path = tmp_path / "catalog.log"
+    catalog = _cluster_catalog(path)
+    catalog.replication = True
+    db, topic = catalog.new_kafka_topic("__consumer_offsets", "kafka___consumer_offsets",
+                                        {**DB_DEFAULTS, "VGROUPS": 2}, {}, 0, ((1,), (1,)), states=True)
+    record = {"op": "create_kafka_topic", "name": topic.name, "db": db.name, "db_id": db.id,
+              "topic_id": topic.topic_id, "options": db.options, "configs": {}, "created_ms": 0, "nodes": [1, 1],
+              "replicas": [[1], [1]]}
+    assert catalog.apply_shared(catalog.shared_seq + 1, {**record, "name": "bad", "db": "kafka_bad",
+                                                         "db_id": new_db_id(), "states": "yes"})
+    assert "bad" not in catalog.topics
+    assert catalog.apply_shared(catalog.shared_seq + 1, {**record, "states": True})
+    assert catalog.apply_shared(catalog.shared_seq + 1, {**record, "name": "plain", "db": "kafka_plain",
+                                                         "db_id": new_db_id(), "topic_id": str(uuid.uuid4())})
+    made = {PartitionId(db.id, 0): ReplicatedVnode((1,), 1), PartitionId(db.id, 1): ReplicatedVnode((1,), 1)}
+    plain = catalog.databases["kafka_plain"].id
+    for c in (catalog, _cluster_catalog(path)):
+        assert c.replicated_vnodes() == made
+        assert c.databases[db.name].states and not c.databases["kafka_plain"].states
+    assert catalog.controller_vnodes().one_copy == {PartitionId(plain, 0): ReplicatedVnode((1,), 1),
+                                                    PartitionId(plain, 1): ReplicatedVnode((1,), 1)}
+    catalog.rewrite()
+    assert _cluster_catalog(path).replicated_vnodes() == made
+    other = _cluster_catalog(tmp_path / "other.log")
+    other.restore_shared(catalog.shared_seq, catalog.shared_records())
+    assert other.replicated_vnodes() == made and other.shared_records() == catalog.shared_records()

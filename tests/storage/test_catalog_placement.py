@@ -265,7 +265,7 @@ def test_sql_replica_is_checked_against_the_live_nodes(tmp_path: Path) -> None:
     assert "c" not in e.catalog.databases and not _with_op(tmp_path, "create_db")[1:]
     _through_stream(e, Engine.execute, "CREATE DATABASE c REPLICA 1")
     assert e.catalog.databases["c"].replication_factor == 1
-    with pytest.raises(InvalidValue, match="replication factor above 1 is not enabled yet: .* replication.enable=true"):
+    with pytest.raises(InvalidValue, match="this cluster runs without replicas \\(replication.enable=false on its nodes"):
         e.execute("CREATE DATABASE r REPLICA 3")  # off unless the node enables it
     assert "r" not in e.catalog.databases
     e.cluster_mode(replication=True)

@@ -111,12 +111,12 @@ def unserved(replicas: int, replication: bool) -> str | None:
     """Why Kafka-native partitions of ``replicas`` copies cannot be created here, or None: the check CreateTopics and
     CreatePartitions make before placing, so that no user gets a topic that claims more copies than exist. Above 1
     they are served only with ``replication`` (``replication.enable``: every node's replica manager copies the
-    partitions it follows, issue 25; the refusal's text is the one of releases before it), as SQL
+    partitions it follows, issue 25; on unless the operator turned it off), as SQL
     ``CREATE DATABASE ... REPLICA`` is (its own message, :meth:`walgate.storage.ddl.Ddl.create_database`)."""
     if replicas <= 1 or replication:
         return None
-    return (f"replication factor {replicas}: replication factor above 1 is not enabled yet (issue 25: no node copies "
-            "another's partitions yet); use 1")
+    return (f"replication factor {replicas}: this cluster runs without replicas (replication.enable=false on its "
+            "nodes); use 1")
 
 
 def one_copy_unmovable(what: str, single_node: bool, replication: bool) -> str | None:

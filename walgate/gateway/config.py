@@ -264,9 +264,9 @@ class Config:
     leader_imbalance_check_interval_seconds: int = 300
     leader_imbalance_per_broker_percentage: int = 10
     # a cluster's replicas (issue 25): SQL databases of REPLICA above 1 and Kafka topics of replication factor above 1
-    # served, __consumer_offsets replicated; off by default until the whole suite runs with it on (docs/cluster.md
-    # "Replicas": a 1-2 node cluster then needs offsets.topic.replication.factor)
-    replication_enable: bool = False
+    # served, __consumer_offsets replicated (offsets.topic.replication.factor) and its leaders the group and
+    # transaction coordinators; false: every vgroup and coordinator partition one copy (issue 24's cluster)
+    replication_enable: bool = True
     # Kafka's broker.rack: this node's rack, registered with it (replica placement spreads racks; the rack-aware
     # replica selector matches a consumer's client.rack against it); None: no rack
     broker_rack: str | None = None

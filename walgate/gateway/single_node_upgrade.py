@@ -64,8 +64,8 @@ async def take_in(member: ClusterMember, storage: StorageThread, coordinator: St
             raise ClusterStartError(
                 f"{held} and the committed offsets of groups {_named(groups)}: with replication.enable a cluster's "
                 "group coordinators are __consumer_offsets' replicas, which do not read them, so they would be lost. "
-                "Start the node without replication.enable (the data dir's groups are then served where they are), "
-                "or delete the groups first (walgate group delete)")
+                "Start the cluster's nodes with replication.enable=false (the data dir's groups are then served where "
+                "they are, every vgroup one copy), or delete the groups first (walgate group delete)")
     records = await storage.call(engine.catalog.taken_into_cluster)
     snapshot = encode_snapshot(TAKEN_SEQ, encode_state(records))
     keys, session = member.keys, member.session

@@ -170,6 +170,10 @@ class DatabaseDef:
     # the vgroups being moved (the latest ``place_vgroup`` record of each named a move, KIP-455): vgroup -> (the
     # replicas the move adds, those it removes), both among the vgroup's replicas now (:meth:`replicas_of`)
     moves: Mapping[int, tuple[Replicas, Replicas]] = field(default_factory=dict)
+    # every vgroup has a partition state whatever its replicas (a replicated cluster's ``__consumer_offsets``, whose
+    # leaders are the group coordinators, also at ``offsets.topic.replication.factor`` 1, as Kafka's): the
+    # ``create_kafka_topic`` record's ``states``
+    states: bool = False
 
     @property
     def vgroups(self) -> int:
@@ -188,15 +192,16 @@ class DatabaseDef:
 
     def replicated(self, vgroup: int) -> bool:
         """Whether ``vgroup`` has a partition state (issue 25: its leader, leader epoch and ISR are the state's, its
-        WAL commits in groups): every vgroup of a placed database made with more than one replica, and a vgroup of a
-        database of one copy once a replica move placed it anew (issue 26: its move made it a state, which lives on
-        after the move completed, so that its leader epochs never go back: docs/cluster.md "Moving replicas")."""
-        return self.replicas is not None and (self.replication_factor > 1 or vgroup in self.placed_anew)
+        WAL commits in groups): every vgroup of a placed database made with more than one replica or with
+        :attr:`states`, and a vgroup of a database of one copy once a replica move placed it anew (issue 26: its move
+        made it a state, which lives on after the move completed, so that its leader epochs never go back:
+        docs/cluster.md "Moving replicas")."""
+        return self.any_replicated and (self.replication_factor > 1 or self.states or vgroup in self.placed_anew)
 
     @property
     def any_replicated(self) -> bool:
         """Whether some vgroup of the database is :meth:`replicated`."""
-        return self.replicas is not None and (self.replication_factor > 1 or bool(self.placed_anew))
+        return self.replicas is not None and (self.replication_factor > 1 or self.states or bool(self.placed_anew))
 
     def node_of(self, vgroup: int, local: int) -> int:
         """The node id holding ``vgroup`` (its first replica); ``local``: this data dir's node id."""
@@ -360,7 +365,8 @@ def _db_record(d: DatabaseDef) -> dict[str, Any]:
 def _kafka_topic_record(d: DatabaseDef, t: TopicDef) -> dict[str, Any]:
     """The ``create_kafka_topic`` record of ``t`` and its database ``d``, with its placement when it has one."""
     return _placed({"op": "create_kafka_topic", "name": t.name, "db": d.name, "db_id": d.id, "options": d.options,
-                    "configs": t.configs, "topic_id": t.topic_id, "created_ms": t.created_ms}, d.replicas)
+                    "configs": t.configs, "topic_id": t.topic_id, "created_ms": t.created_ms,
+                    **({"states": True} if d.states else {})}, d.replicas)
 
 
 def _columns(r: dict[str, Any], key: str) -> tuple[Column, ...]:
@@ -913,8 +919,11 @@ class Catalog:
             if not is_db_id(db_id) or db_id in kept.db_ids:
                 raise _Invalid(f"bad or duplicate database id {db_id!r}")
             options, configs, created = _options(r), _topic_configs(r), _get(r, "created_ms", int)
+            states = r.get("states", False)
+            if not isinstance(states, bool):
+                raise _Invalid(f"'states' is {states!r}: expected true or false")
             database = self.databases[db] = _min_insync_checked(DatabaseDef(db, options, created, db_id,
-                                                                            _replicas(r, options)))
+                                                                            _replicas(r, options), states=states))
             topic = self.topics[name] = TopicDef(name, "kafka", db, "", False, "", r["topic_id"], created, configs)
             self.dropped.discard(name)
             kept.add_topic(topic)
@@ -1239,13 +1248,15 @@ class Catalog:
     def new_kafka_topic(
         self, name: str, db: str, options: dict[str, int | str], configs: dict[str, str], now_ms: int,
         nodes: tuple[Replicas, ...] | None = None, db_id: str | None = None, replication_factor: int = 1,
+        states: bool = False,
     ) -> tuple[DatabaseDef, TopicDef]:
         """A new Kafka-native topic and its database, validated and given ids; nothing is written (see
         :meth:`new_database`; :meth:`add_kafka_topic` records them). ``nodes``: the replicas of each vgroup as a
         manual assignment names them (checked against :meth:`placeable` by the caller, :func:`assigned`; cluster
         mode only: a single node holds every vgroup itself), else None: ``replication_factor`` replicas of each
         placed (:meth:`_placement`, raising :class:`InvalidReplicationFactor`). ``db_id``: the database's, whose
-        directory was prepared for it, unless a database has it; None: a new one."""
+        directory was prepared for it, unless a database has it; None: a new one. ``states``: every vgroup has a
+        partition state, also of one copy (:attr:`DatabaseDef.states`; placed topics only)."""
         validate_topic_name(name)
         validate_database_name(db)
         if name in self.topics:
@@ -1259,7 +1270,7 @@ class Catalog:
             raise InvalidValue(f"database id {db_id!r} is not new")
         placed = (self._placement(int(merged["VGROUPS"]), replication_factor) if nodes is None or not self.cluster
                   else nodes)
-        return (DatabaseDef(db, merged, now_ms, db_id or new_db_id(), placed),
+        return (DatabaseDef(db, merged, now_ms, db_id or new_db_id(), placed, states=states and placed is not None),
                 TopicDef(name, "kafka", db, "", False, "", str(uuid.uuid4()), now_ms, configs))
 
     def add_kafka_topic(self, db: DatabaseDef, topic: TopicDef) -> None:

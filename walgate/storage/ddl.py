@@ -47,9 +47,8 @@ class Ddl:
             raise AlreadyExists(f"Database already exists: {s.name}")
         db = store.catalog.new_database(s.name, s.options, store.clock.time_ms())  # validated, nothing written
         if db.replication_factor > 1 and not store.catalog.replication:
-            raise InvalidValue(f"Invalid option REPLICA {db.replication_factor}: replication factor above 1 is not "
-                               "enabled yet: replicated databases are served only with "
-                               "replication.enable=true on every node (docs/cluster.md, \"Replicas\")")
+            raise InvalidValue(f"Invalid option REPLICA {db.replication_factor}: this cluster runs without replicas "
+                               "(replication.enable=false on its nodes; docs/cluster.md, \"Replicas\")")
         if store.catalog.cluster:  # placed over the live nodes; staged: its vnodes open where it is applied
             store.catalog.add_database(db)
             return affected(0)

@@ -345,13 +345,14 @@ class Engine:
     def create_kafka_topic(self, name: str, partitions: int, configs: dict[str, str],
                            defaults: Mapping[str, str] = MappingProxyType({}),
                            nodes: tuple[Replicas, ...] | None = None, prepared: str | None = None,
-                           replication_factor: int = 1) -> TopicDef:
+                           replication_factor: int = 1, states: bool = False) -> TopicDef:
         """A Kafka-native topic of ``partitions`` partitions with Kafka ``configs``; ``defaults``: the topic configs
         the dynamic broker configs default (:meth:`topic_defaults`), applied where ``configs`` says nothing;
         ``nodes``: each partition's replicas as a manual assignment names them (cluster mode), else None:
         ``replication_factor`` replicas of each placed;
-        ``prepared``: what :meth:`prepare_kafka_topic` returned (its files are only opened here), or None."""
-        return self.native.create(name, partitions, configs, defaults, nodes, prepared, replication_factor)
+        ``prepared``: what :meth:`prepare_kafka_topic` returned (its files are only opened here), or None;
+        ``states``: every partition has a partition state, also of one copy (``__consumer_offsets``)."""
+        return self.native.create(name, partitions, configs, defaults, nodes, prepared, replication_factor, states)
 
     def prepare_kafka_topic(self, partitions: int) -> str:
         """The files of a new Kafka-native topic's ``partitions`` vnodes made in a new database directory, its id

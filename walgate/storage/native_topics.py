@@ -181,13 +181,14 @@ class NativeTopics:
 
     def create(self, name: str, partitions: int, configs: dict[str, str],
                defaults: Mapping[str, str] = MappingProxyType({}), nodes: tuple[Replicas, ...] | None = None,
-               prepared: str | None = None, replication_factor: int = 1) -> TopicDef:
+               prepared: str | None = None, replication_factor: int = 1, states: bool = False) -> TopicDef:
         """A Kafka-native topic of *partitions* partitions (its database's vgroups) with Kafka *configs*; its WAL
         settings follow *configs* over *defaults* (the dynamic broker defaults, not stored with the topic). Offsets a
         dropped topic of the name left behind are deleted first (:meth:`GroupOffsets.clear_left`). *nodes*: each
         partition's replicas as a manual assignment names them (:meth:`Catalog.new_kafka_topic`), else None:
         *replication_factor* replicas of each placed. *prepared*: a database id from :meth:`prepare` (single node),
-        whose vnodes' files are then only opened here."""
+        whose vnodes' files are then only opened here. *states*: every partition has a partition state, also of one
+        copy (:attr:`DatabaseDef.states <walgate.storage.catalog.DatabaseDef.states>`)."""
         catalog = self.store.catalog
         validate_topic_name(name)
         if name in catalog.topics:
@@ -196,7 +197,7 @@ class NativeTopics:
         options: dict[str, int | str] = {"VGROUPS": partitions, **wal_options({**defaults, **configs})}
         db, topic = catalog.new_kafka_topic(name, backing_database(name, catalog.databases), options,
                                             dict(configs), self.store.clock.time_ms(), nodes,
-                                            None if catalog.cluster else prepared, replication_factor)
+                                            None if catalog.cluster else prepared, replication_factor, states)
         if catalog.cluster:  # staged: its vnodes open when the node applies the record (follow_catalog)
             catalog.add_kafka_topic(db, topic)
             return topic

@@ -103,6 +103,7 @@ class CoordinatorReplicas:
         self.factor = factor
         self._loop = asyncio.get_running_loop()
         self._made: asyncio.Lock = asyncio.Lock()
+        self._unmade: str | None = None  # why the topic could not be made, as last logged
         self.loaded: dict[int, int] = {}  # partition -> the leader epoch its log was loaded in
         self._share_logs: dict[int, ReplicatedShareStateLog] = {}  # partition -> its share states, while loaded
         self._changes: dict[int, asyncio.Task[None]] = {}  # partition -> its load or unload running
@@ -130,6 +131,10 @@ class CoordinatorReplicas:
                 try:
                     await self._broker.call(_make_topic, self.partitions, self.factor)
                 except (StorageError, InvalidReplicationFactor, NoLiveNode) as e:
+                    if str(e) != self._unmade:  # (Kafka logs it at each lookup; once per reason here)
+                        self._unmade = str(e)
+                        log.warning("no group or transaction coordinator: the %s topic cannot be made now "
+                                    "(offsets.topic.replication.factor %d): %s", OFFSETS_TOPIC, self.factor, e)
                     raise ControlPlaneUnavailable(f"the {OFFSETS_TOPIC} topic cannot be made now: {e}") from None
                 known = self._database()
         if known is None:
@@ -244,7 +249,8 @@ def _make_topic(engine: Engine, partitions: int, factor: int) -> None:
     """On the storage lane (a staged call: the cluster's catalog): the internal topic, unless made meanwhile."""
     if OFFSETS_TOPIC in engine.catalog.topics:
         return
-    engine.create_kafka_topic(OFFSETS_TOPIC, partitions, {"cleanup.policy": "compact"}, {}, None, None, factor)
+    engine.create_kafka_topic(OFFSETS_TOPIC, partitions, {"cleanup.policy": "compact"}, {}, None, None, factor,
+                              states=True)  # (a partition state also at factor 1: its leader is the coordinator)
 
 
 def _batches(engine: Engine, p: int) -> list[bytes]:
