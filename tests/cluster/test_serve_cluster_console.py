@@ -7,7 +7,8 @@ vgroup of ``r`` and partition of ``events`` with its leader and ISR 1, 2, 3, and
 its JSON API (``/ui/api/cluster``) says the same. After a ``kill -9`` of the node leading one of ``r``'s vgroups (not node 1, the
 controller, whose page is watched), within a bounded wait the page shows that node not alive and that vgroup led by
 another replica, the dead node out of its ISR and the vgroup under-replicated: the page polls once a second, the
-node re-reads the membership every third of the 2 s lease and follows the partition states as they change.
+node re-reads the membership every third of the 2 s lease and follows the partition states as they change; SQL
+``SHOW r.VGROUPS`` (TDengine's view) names the same leader, the dead node offline.
 Skipped only when /usr/bin/chromium is absent (``.ci/run`` installs it), as tests/gateway/test_console.py.
 """
 
@@ -107,6 +108,9 @@ def test_the_cluster_page_shows_leaders_and_a_killed_leaders_successor(etcd1: Et
         shown = cluster_json(n1)
         (moved,) = [p for p in shown["partitions"] if (p["database"], p["vgroup"]) == ("r", vgroup)]
         assert moved["leader"] in survivors and moved["leader_epoch"] >= 1 and dead_id not in moved["isr"]
+        (row,) = [r for r in sql(n1, "SHOW r.VGROUPS") if r[0] == vgroup]  # TDengine's view: the same leader
+        assert {n: status for n, status in zip(row[3::2], row[4::2])} == {
+            n: "offline" if n == dead_id else "leader" if n == moved["leader"] else "follower" for n in (1, 2, 3)}, row
         assert [(n["node_id"], n["live"], n["caught_up"]) for n in shown["nodes"]] == [
             (i, i != dead_id, i != dead_id) for i in (1, 2, 3)]
         for server in nodes:

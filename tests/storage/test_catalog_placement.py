@@ -232,6 +232,16 @@ def test_replicas_are_placed_recorded_and_read_back(tmp_path: Path) -> None:
                                                   "v3_status"]
     assert [row[3:] for row in shown.rows] == [[x for k, n in enumerate(v) for x in (n, "follower" if k else "leader")]
                                                for v in created["replicas"]]
+    r = e.catalog.databases["r"]  # the partition states the replica manager read: vgroup 0 failed over to its
+    states = {(r.id, 0): r.replicas_of(0, 4)[2], (r.id, 1): -1}  # third replica, 1 has no leader, 2 none read yet
+    e.set_leaders(lambda db_id, vgroup: states.get((db_id, vgroup)))
+    leaders = [r.replicas_of(0, 4)[2], None, r.replicas_of(2, 4)[0]]
+    assert [row[3:] for row in e.execute("SHOW r.VGROUPS").rows] == [
+        [x for n in v for x in (n, "leader" if n == leader else "follower")]
+        for v, leader in zip(created["replicas"], leaders)]
+    e.set_dnodes((Dnode(4, "", "ready"), Dnode(5, "", "ready"), Dnode(6, "", "offline")))
+    assert {x for row in e.execute("SHOW r.VGROUPS").rows for n, x in zip(row[3::2], row[4::2]) if n == 6} == {
+        "offline"}, "a node not registered now is offline, whatever it leads"
     e.close()
 
 

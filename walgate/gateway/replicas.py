@@ -277,6 +277,13 @@ class ReplicaManager:
     def state_of(self, db_id: str, vgroup: int) -> PartitionState | None:
         return self.states.states.get(PartitionId(db_id, vgroup))
 
+    def leader_of(self, db_id: str, vgroup: int) -> int | None:
+        """The leader the vgroup's partition state names as last read (-1: none), None before one is read (read by
+        ``SHOW VGROUPS`` on a storage lane: one dictionary lookup, atomic beside the loop's changes of the dictionary,
+        of an immutable state)."""
+        state = self.state_of(db_id, vgroup)
+        return None if state is None else state.leader
+
     def followed_epoch(self, db_id: str, vgroup: int) -> int | None:
         pid = PartitionId(db_id, vgroup)
         leader = self.following.get(pid)

@@ -397,6 +397,7 @@ class Gateway:
             lag_max_ms=self.config.replica_lag_time_max_ms, lease_held=lambda: member.registered,
             eligible=lambda: member.eligible_epochs)
         broker.led, broker.replication_traffic = manager, manager.traffic
+        await self._storage.call(engine.set_leaders, manager.leader_of)
         if self._group_coordinators is not None and self.config.replication_enable:  # __consumer_offsets' leaders
             replicated = CoordinatorReplicas(broker, engine, self._storage, self._coordinator, self._group_commit,
                                              lambda: self._replicas, self._group_coordinators.partitions,

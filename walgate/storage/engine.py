@@ -647,6 +647,11 @@ class Engine:
         if live is not None:
             self.catalog.live_nodes = dict(live)
 
+    def set_leaders(self, leader_of: Callable[[str, int], int | None]) -> None:
+        """Where ``SHOW VGROUPS`` reads a replicated vgroup's leader: (database id, vgroup) -> the node id its
+        partition state names (-1: none), None while no state is read (the replica manager's, set once)."""
+        self.show.leader_of = leader_of
+
     def publish_topics(self) -> None:
         """On the storage lane, at the end of each call: publish the topics when the catalog changed, unless the call
         deferred it (:meth:`defer_topics_publication`)."""

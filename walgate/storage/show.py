@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 from walgate.storage.errors import Unsupported
@@ -49,6 +49,9 @@ class Show:
         self.views = views
         self.offsets = offsets
         self.dnodes: tuple[Dnode, ...] = ()  # set by the node (the gateway knows the cluster): SHOW DNODES
+        # the leader a replicated vgroup's partition state names as this node read it (database id, vgroup -> node
+        # id, -1: none), None when no state is read: set by the node's replica manager (SHOW VGROUPS)
+        self.leader_of: Callable[[str, int], int | None] = lambda _db_id, _vgroup: None
 
     def show(self, s: ast.Show, session: str | None) -> Result:
         store = self.store
@@ -118,16 +121,21 @@ class Show:
 
     def _vgroups(self, db_name: str) -> Result:
         """TDengine's ``SHOW VGROUPS``: each vgroup's replicas as the catalog places them, ``v<k>_dnode`` and
-        ``v<k>_status`` for each (as many pairs as the database has replicas): the first ``leader``, the others
-        ``follower``, when that node is this one or registered now, else ``offline``; ``tables`` counts the
-        vgroup's tables where it is open here."""
+        ``v<k>_status`` for each (as many pairs as the database has replicas): ``leader`` for the leader (a
+        replicated vgroup's: the one its partition state names, :attr:`leader_of`, none while it has none; else the
+        first replica), ``follower`` for the others, when that node is this one or registered now, else
+        ``offline``; ``tables`` counts the vgroup's tables where it is open here."""
         db, local = self.store.catalog.database(db_name), self.store.catalog.node_id
         ready = {d.id for d in self.dnodes if d.status == "ready"} | {local}
         open_here = {v.index: v.live_count for v in self.store.vnodes.get(db_name, [])}
-        rows = [[i, db.name, open_here.get(i)]
-                + [x for k, node in enumerate(db.replicas_of(i, local))
-                   for x in (node, ("follower" if k else "leader") if node in ready else "offline")]
-                for i in range(db.vgroups)]
+        rows = []
+        for i in range(db.vgroups):
+            replicas = db.replicas_of(i, local)
+            named = self.leader_of(db.id, i) if db.replicated(i) else None
+            leader = replicas[0] if named is None else named
+            rows.append([i, db.name, open_here.get(i)] + [
+                x for node in replicas
+                for x in (node, ("leader" if node == leader else "follower") if node in ready else "offline")])
         cols = [("vgroup_id", "INT", 4), ("db_name", "VARCHAR", 64), ("tables", "INT", 4)]
         for k in range(1, db.replication_factor + 1):
             cols += [(f"v{k}_dnode", "SMALLINT", 2), (f"v{k}_status", "VARCHAR", 9)]
