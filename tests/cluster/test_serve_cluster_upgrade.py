@@ -8,12 +8,14 @@ and two empty nodes join. confluent-kafka bootstrapped on each node reads every 
 group resumes from its committed offsets, Metadata answers the single node's cluster id, SQL through node 2 answers
 the old rows and knows the user. A second
 single node's data dir joining that cluster is refused at start (exit code 1, its catalog unchanged, not
-registered); in a replicated cluster (the default) a data dir holding committed offsets is refused as the first node too, and
-taken in once its group is deleted (its topic served with one replica per partition, as before)."""
+registered). In a replicated cluster (the default) the committed offsets of a single node's groups are imported into
+``__consumer_offsets`` once it is made (three nodes: the factor): the mark written at the take-in is removed, group
+``g`` resumes where it committed, ``h``'s commit is there, and a restart imports nothing again; the nodes run an
+authorizer whose ACLs grant the nodes nothing (a node's requests of another are allowed, as Kafka's brokers' own
+principal is a super user)."""
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 from confluent_kafka import Consumer, TopicPartition
@@ -21,10 +23,11 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from etcd_cluster import EtcdCluster
 from serve_support import ONE_COPY, cluster_args, no_traceback, node, produce_to, registered_nodes, sql, wait_log
 from test_serve_cluster import serve_fails
+from test_serve_cluster_catalog import AUTHORIZER
 
 from livewalgate import WalgateServer, running_walgate
-from walgate.cluster.etcd import EtcdSession
 from walgate.cluster.model import Keys
+from walgate.storage import offsets_import
 from walgate.storage.engine import Engine
 
 TOPIC = "orders"
@@ -90,18 +93,6 @@ def _cluster_id(port: int) -> str:
     return str(AdminClient({"bootstrap.servers": f"127.0.0.1:{port}"}).list_topics(timeout=30).cluster_id)
 
 
-def _catalog_keys(etcd: EtcdCluster) -> list[bytes]:
-    async def read() -> list[bytes]:
-        session = EtcdSession(etcd.endpoints)
-        try:
-            _, kvs = await session.get_prefix(Keys("walgate").root + b"catalog/")
-            return [kv.key for kv in kvs]
-        finally:
-            await session.close()
-
-    return asyncio.run(read())
-
-
 def test_a_single_nodes_data_dir_becomes_the_first_node_of_a_cluster(etcd1: EtcdCluster, tmp_path: Path) -> None:
     data = tmp_path / "single"
     with running_walgate(tmp_path / "as-single", data_dir=data) as single:
@@ -135,25 +126,44 @@ def test_a_single_nodes_data_dir_becomes_the_first_node_of_a_cluster(etcd1: Etcd
         no_traceback(n1)
 
 
-def test_with_replication_committed_offsets_are_refused_then_taken_in_once_deleted(etcd1: EtcdCluster,
-                                                                                    tmp_path: Path) -> None:
+def test_in_a_replicated_cluster_committed_offsets_are_imported_into_consumer_offsets(etcd1: EtcdCluster,
+                                                                                        tmp_path: Path) -> None:
     data = tmp_path / "single" / "data"
     with running_walgate(tmp_path / "as-single", data_dir=data) as single:
         admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{single.kafka_port}"})
         admin.create_topics([NewTopic(TOPIC, 2, 1)])[TOPIC].result(30)
         produce_to(single.kafka_port, TOPIC, VALUES)
-        committer = Consumer({"bootstrap.servers": f"127.0.0.1:{single.kafka_port}", "group.id": "g"})
-        committer.commit(offsets=[TopicPartition(TOPIC, 0, 1)], asynchronous=False)
-        committer.close()
-    replicated = (*cluster_args(etcd1, 1), "--override", "replication.enable=true")
-    refused = serve_fails(tmp_path / "single", *replicated)
-    assert refused.returncode == 1, refused.stderr
-    assert "committed offsets of groups g" in refused.stderr and "Traceback" not in refused.stderr, refused.stderr
-    assert _catalog_keys(etcd1) == [] and registered_nodes(etcd1) == []
-    with running_walgate(tmp_path / "as-single", data_dir=data) as single:  # as the message says: delete the group
-        admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{single.kafka_port}"})
-        admin.delete_consumer_groups(["g"])["g"].result(30)
-    with node(etcd1, tmp_path, 1, "--override", "replication.enable=true", data_dir=data) as n1:
+        for group, committed in (("g", COMMITTED), ("h", {0: 2})):
+            committer = Consumer({"bootstrap.servers": f"127.0.0.1:{single.kafka_port}", "group.id": group})
+            committer.commit(offsets=[TopicPartition(TOPIC, p, o) for p, o in committed.items()], asynchronous=False)
+            committer.close()
+    acls = ("--override", AUTHORIZER[1], "--override", "allow.everyone.if.no.acl.found=false",
+            "--override", "super.users=User:ANONYMOUS")  # no ACL: only the clients (and the nodes themselves) may
+    with node(etcd1, tmp_path, 1, *acls, data_dir=data) as n1:  # replicated: the default
         wait_log(n1, "now the catalog of cluster 'walgate'")
-        assert sorted(_read_all(n1.kafka_port, TOPIC, 2, 20)) == sorted(VALUES[0] + VALUES[1]), "factor 1, on node 1"
+        wait_log(n1, "the committed offsets of groups g, h are imported into __consumer_offsets once their "
+                     "coordinators answer")
+        assert (data / offsets_import.IMPORT_FILE).exists(), "no coordinator yet: one node of the 3 the factor needs"
+        with node(etcd1, tmp_path, 2, *acls) as n2, node(etcd1, tmp_path, 3, *acls) as n3:
+            wait_log(n1, "committed offsets are imported into __consumer_offsets: 3 partition(s) of 2 group(s)")
+            assert not (data / offsets_import.IMPORT_FILE).exists()
+            assert _resumed(n2.kafka_port) == COMMITTED, "group g resumes where it committed on the single node"
+            assert _committed(n3.kafka_port, "h") == {0: 2, 1: -1001}
+            assert sorted(_read_all(n3.kafka_port, TOPIC, 2, 20)) == sorted(VALUES[0] + VALUES[1]), "factor 1, node 1"
+            for server in (n2, n3):
+                no_traceback(server)
         no_traceback(n1)
+    with node(etcd1, tmp_path, 1, *acls, data_dir=data) as again:  # restarted: nothing to import
+        wait_log(again, "walgate ready")
+        assert "imported into __consumer_offsets" not in again.log()
+        no_traceback(again)
+
+
+def _committed(port: int, group: str) -> dict[int, int]:
+    """Group ``group``'s committed offset of each partition of the topic, asked through the node at ``port``."""
+    consumer = Consumer({"bootstrap.servers": f"127.0.0.1:{port}", "group.id": group})
+    try:
+        return {tp.partition: tp.offset for tp in consumer.committed([TopicPartition(TOPIC, p) for p in (0, 1)],
+                                                                     timeout=60)}
+    finally:
+        consumer.close()

@@ -88,6 +88,7 @@ from walgate.gateway.kafka.groups import GroupMembers, GroupService, now_ms
 from walgate.gateway.kafka.handlers import advertised
 from walgate.gateway.kafka.led_vnodes import LedVnodes
 from walgate.gateway.kafka.node_links import NodeLinks
+from walgate.gateway.kafka.offsets_import import import_offsets
 from walgate.gateway.kafka.sasl import OAUTHBEARER, SaslSettings
 from walgate.gateway.kafka.server import KafkaServer
 from walgate.gateway.kafka.share_persister import SharePersister
@@ -107,7 +108,7 @@ from walgate.gateway.storage_thread import LaneBridge, StorageThread
 from walgate.gateway.tls import node_client_context, server_context
 from walgate.security.authorizer import Authorizer
 from walgate.security.principals import super_principals
-from walgate.storage import datadir
+from walgate.storage import datadir, offsets_import
 from walgate.storage.cleaner import MAP_LOAD_FACTOR, CleanStats, map_entries
 from walgate.storage.clock import SYSTEM_CLOCK
 from walgate.storage.durability import Need
@@ -166,6 +167,7 @@ class Gateway:
         # cluster mode (issue 25): the replica manager
         self._replicas: ReplicaManager | None = None
         self._replication_tasks: list[asyncio.Task[None]] = []
+        self._offsets_to_import: offsets_import.OffsetsOf | None = None  # storage/offsets_import.py: pending ones
         self.kafka_address: tuple[str, int] = ("", 0)  # the first listener's bound address
         self.kafka_addresses: dict[str, tuple[str, int]] = {}  # listener name -> bound (host, port)
 
@@ -207,6 +209,9 @@ class Gateway:
             if self._cluster is not None:
                 self._group_coordinators = await self._coordinator_partitions(engine, self._cluster, partitions)
             if self._cluster is not None and cfg.replication_enable:  # __consumer_offsets' partitions: none led yet
+                if offsets_import.pending(cfg.data_dir):  # a single node's offsets, read before they are put aside
+                    self._offsets_to_import = offsets_import.by_group(
+                        await self._coordinator.call(lambda: list(engine.store.coordinator.items())))
                 await self._coordinator.call(_coordinators_not_led, engine)
 
             def end_of_storage_call() -> list[Need]:
@@ -410,6 +415,12 @@ class Gateway:
             lambda: self._replicas, reconciler, asyncio.get_running_loop(), SCRAPE_TIMEOUT))
         self._replication_tasks = [asyncio.create_task(manager.run(), name="walgate-replicas"),
                                    asyncio.create_task(reconciler.run(), name="walgate-reconciler")]
+        replicated_groups = None if self._group_coordinators is None else self._group_coordinators.replicated
+        if self._offsets_to_import is not None and replicated_groups is not None and broker.links is not None:
+            self._replication_tasks.append(asyncio.create_task(import_offsets(
+                self._offsets_to_import, replicated_groups, broker.links, functools.partial(
+                    self._storage.call, functools.partial(offsets_import.done, cfg.data_dir, syncs=engine.syncs))),
+                name="walgate-offsets-import"))
 
     @property
     def _needs_root(self) -> bool:

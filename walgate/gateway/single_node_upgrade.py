@@ -15,18 +15,19 @@ the node registers:
   data dir's catalog is rewritten to say the same (:meth:`~walgate.storage.catalog.Catalog.take_into_cluster`). Other
   nodes read the snapshot as they read any (:class:`~walgate.cluster.records.RecordFollower`). A start that stopped
   between the two steps finds its own snapshot in etcd (byte for byte what it would write) and does the second.
+  With ``replication.enable`` (a replicated cluster's group coordinators are ``__consumer_offsets``' leaders, which
+  do not read the data dir's coordinator logs), a data dir holding committed offsets is marked between the two
+  steps for their import into ``__consumer_offsets`` (:mod:`walgate.storage.offsets_import`).
 * **Anything else stops the start** (:class:`ClusterStartError`: exit code 1), before the node registers and with
   nothing written: a cluster that already has a catalog or decided its coordinators (a second single-node data dir
-  is not merged into a running cluster: its names may clash, and its groups are in partitions placed elsewhere); and,
-  with ``replication.enable``, a data dir holding committed offsets or groups (a replicated cluster's group
-  coordinators are ``__consumer_offsets``' leaders, which do not read the data dir's coordinator logs: the offsets
-  would silently be gone).
+  is not merged into a running cluster: its names may clash, and its groups are in partitions placed elsewhere).
 
 A new data dir, or one that has applied a cluster record (a cluster node's), is not concerned.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 from pathlib import Path
 
@@ -36,6 +37,7 @@ from walgate.cluster.model import ControlPlaneError, encode_snapshot
 from walgate.gateway.cluster_member import ClusterMember, ClusterStartError
 from walgate.gateway.shared_catalog import encode_state
 from walgate.gateway.storage_thread import StorageThread
+from walgate.storage import offsets_import
 from walgate.storage.engine import Engine
 
 __all__ = ["TAKEN_SEQ", "take_in"]
@@ -51,21 +53,15 @@ async def take_in(member: ClusterMember, storage: StorageThread, coordinator: St
                   data_dir: Path, partitions: int, replication: bool) -> None:
     """Take this single node's data dir into the cluster as its first node (module docstring); nothing to do for a
     data dir that holds nothing of its own. Raises :class:`ClusterStartError` when it cannot be (nothing changed) or
-    when etcd does not answer (its transaction may have been applied: the next start finds its own snapshot);
+    when etcd does not answer (its transaction may have been applied: the next start finds its own snapshot) or the
+    import mark cannot be written (the next start writes it);
     ``StorageError`` when the catalog cannot be rewritten (etcd then holds the snapshot, and the next start does the
     rewrite)."""
     objects = await storage.call(engine.catalog.single_node_objects)
     if not objects:
         return
     held = f"data dir {data_dir} holds a single node's catalog ({_named(objects)})"
-    if replication:
-        groups = await coordinator.call(_groups_with_state, engine)
-        if groups:
-            raise ClusterStartError(
-                f"{held} and the committed offsets of groups {_named(groups)}: with replication.enable a cluster's "
-                "group coordinators are __consumer_offsets' replicas, which do not read them, so they would be lost. "
-                "Start the cluster's nodes with replication.enable=false (the data dir's groups are then served where "
-                "they are, every vgroup one copy), or delete the groups first (walgate group delete)")
+    groups = await coordinator.call(_committed_groups, engine) if replication else []
     records = await storage.call(engine.catalog.taken_into_cluster)
     snapshot = encode_snapshot(TAKEN_SEQ, encode_state(records))
     keys, session = member.keys, member.session
@@ -86,15 +82,22 @@ async def take_in(member: ClusterMember, storage: StorageThread, coordinator: St
             "node's data dir is taken into a cluster only as the first node of a new one (docs/cluster.md, \"A single "
             "node's data dir into a cluster\"). Nothing was changed. Start this node on a new data dir, or start this "
             "data dir as the first node of a cluster of its own (another cluster.name, or another etcd)")
+    if groups:  # before the rewrite: a start stopped in between finds its snapshot and marks them again
+        try:
+            await storage.call(functools.partial(offsets_import.mark, data_dir, syncs=engine.syncs))
+        except OSError as e:
+            raise ClusterStartError(f"{held}: the mark that its committed offsets are to be imported cannot be written "
+                                    f"({e}); etcd holds its catalog, the next start writes it") from None
+        log.warning("%s: the committed offsets of groups %s are imported into __consumer_offsets once their "
+                    "coordinators answer", held, _named(groups))
     await storage.call(engine.catalog.take_into_cluster, TAKEN_SEQ)
     log.warning("%s: now the catalog of cluster %r (its databases and topics on node %d, one replica of each vgroup; "
                 "its group coordinator partitions on node %d)", held, keys.cluster_id, member.node_id, member.node_id)
 
 
-def _groups_with_state(engine: Engine) -> list[str]:
-    """On the coordinator lane: the groups the data dir holds committed offsets or a recorded state of."""
-    store = engine.store.coordinator
-    return sorted({group for group, *_ in store.items()} | set(store.groups()))
+def _committed_groups(engine: Engine) -> list[str]:
+    """On the coordinator lane: the groups the data dir holds committed offsets of."""
+    return sorted({group for group, *_ in engine.store.coordinator.items()})
 
 
 def _named(items: list[str]) -> str:

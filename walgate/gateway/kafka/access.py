@@ -3,7 +3,9 @@
 Each asks the broker's :class:`~walgate.security.authorizer.Authorizer` about the principal and client host
 of the request being served, given as its :class:`~walgate.gateway.kafka.context.RequestContext`.
 With no authorizer configured every check allows at the cost of one attribute test, and handlers keep their
-answers exactly as without ACLs.
+answers exactly as without ACLs. Another node of the cluster (:func:`~walgate.gateway.kafka.node_auth.from_cluster_node`:
+authenticated with the cluster's node token) is allowed everything, as Kafka's brokers' own principal is one of its
+``super.users`` (a node's requests of groups: :mod:`walgate.gateway.kafka.offsets_import`).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from collections.abc import Callable, Iterable
 
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
+from walgate.gateway.kafka.node_auth import from_cluster_node
 from walgate.security.acl import CLUSTER_NAME, SUPPORTED_OPERATIONS, Operation, ResourceType, authorized_bits
 
 __all__ = ["allowed", "allowed_names", "cluster_allowed", "checker", "config_denials", "by_resource_type", "operations", "NOT_REQUESTED",
@@ -24,7 +27,7 @@ NOT_REQUESTED = -(2**31)
 def allowed(broker: Broker, ctx: RequestContext, op: Operation, rtype: ResourceType, name: str) -> bool:
     """The request's principal may ``op`` the resource (always, without an authorizer)."""
     auth = broker.authorizer
-    return auth is None or auth.authorize(ctx.principal, ctx.peer, op, rtype, name)
+    return auth is None or from_cluster_node(broker, ctx) or auth.authorize(ctx.principal, ctx.peer, op, rtype, name)
 
 
 def cluster_allowed(broker: Broker, ctx: RequestContext, op: Operation) -> bool:
@@ -34,7 +37,7 @@ def cluster_allowed(broker: Broker, ctx: RequestContext, op: Operation) -> bool:
 def allowed_names(broker: Broker, ctx: RequestContext, op: Operation, rtype: ResourceType, names: Iterable[str]) -> set[str]:
     """Those of ``names`` the principal may ``op`` (Kafka's ``filterByAuthorized``)."""
     auth = broker.authorizer
-    if auth is None:
+    if auth is None or from_cluster_node(broker, ctx):
         return set(names)
     principal, host = ctx.principal, ctx.peer
     return {n for n in set(names) if auth.authorize(principal, host, op, rtype, n)}
@@ -44,7 +47,7 @@ def checker(broker: Broker, ctx: RequestContext, op: Operation, rtype: ResourceT
     """A test of resource names for the request's principal and host, to run anywhere (the storage thread
     included); None without an authorizer (everything allowed)."""
     auth = broker.authorizer
-    if auth is None:
+    if auth is None or from_cluster_node(broker, ctx):
         return None
     principal, host = ctx.principal, ctx.peer
     return lambda name: auth.authorize(principal, host, op, rtype, name)
@@ -53,7 +56,8 @@ def checker(broker: Broker, ctx: RequestContext, op: Operation, rtype: ResourceT
 def by_resource_type(broker: Broker, ctx: RequestContext, op: Operation, rtype: ResourceType) -> bool:
     """The principal may ``op`` some resource of ``rtype`` (Kafka's ``authorizeByResourceType``)."""
     auth = broker.authorizer
-    return auth is None or auth.authorize_by_resource_type(ctx.principal, ctx.peer, op, rtype)
+    return auth is None or from_cluster_node(broker, ctx) or auth.authorize_by_resource_type(ctx.principal, ctx.peer, op,
+                                                                                             rtype)
 
 
 _CONFIG_RESOURCES = {2: (ResourceType.TOPIC, 29), 4: (ResourceType.CLUSTER, 31), 8: (ResourceType.CLUSTER, 31),
@@ -80,6 +84,6 @@ def config_denials(broker: Broker, ctx: RequestContext, op: Operation, resources
 def operations(broker: Broker, ctx: RequestContext, rtype: ResourceType, name: str) -> int:
     """The authorized-operations bit field of a resource for the principal (all supported, without ACLs)."""
     auth = broker.authorizer
-    if auth is None:
+    if auth is None or from_cluster_node(broker, ctx):
         return authorized_bits(list(SUPPORTED_OPERATIONS[rtype]))
     return auth.authorized_operations(ctx.principal, ctx.peer, rtype, name)
