@@ -12,7 +12,8 @@ A history is the list of operations clients completed, each process's in the ord
 - :class:`FinalRead`: a full read of one partition, from its first offset to its end, after the writes stopped
   (through one node: several may read the same partition); it is a poll of its own, read from the start.
 - :class:`Replica`: one replica's copy of a partition's log at the end (entry by entry: version -> a digest of the
-  entry) and the high watermark that replica knows.
+  entry; and its offset index, record by record: (topic, version) -> a digest of the record) and the high watermark
+  that replica knows.
 
 Every value is written once in a history (the workload makes them unique). :func:`check` derives each partition's
 log (offset -> the values seen there, from acknowledgements and reads) and returns the violations:
@@ -30,9 +31,9 @@ log (offset -> the values seen there, from acknowledgements and reads) and retur
 - ``nonmonotonic-poll``: a consumer read an offset at or below one it read before in that partition, with no
   :class:`Assign` in between;
 - ``poll-skip``: a consumer's next read in a partition jumped over offsets that hold values others saw;
-- ``replica-divergence``: two replicas of a partition hold different entries (or one lacks an entry) at a version
-  below the lower of their high watermarks (issue 25: every replica's WAL is the leader's, entry by entry, up to
-  the high watermark).
+- ``replica-divergence``: two replicas of a partition hold different entries (or one lacks an entry), or different
+  offset index records, at a version below the lower of their high watermarks (issue 25: every replica's WAL is the
+  leader's, entry by entry, and its offset index too, up to the high watermark).
 
 Values of ``info`` sends may appear or not: that is no violation. What is not checked: dependency cycles between
 transactions (jepsen's G0/G1c/G-single over the write-read-version graph) and the order of one producer's sends.
@@ -94,12 +95,15 @@ class FinalRead:
 @dataclass(frozen=True)
 class Replica:
     """Node ``node``'s copy of partition ``key``: ``entries`` maps each WAL version it holds to a digest of that
-    entry; ``hw``: the high watermark it knows (versions below it are committed)."""
+    entry, ``index`` each (topic, version) its offset indexes hold a record of (the record of the entry at that
+    version: its offset, count and running maximum timestamp) to a digest of that record; ``hw``: the high watermark
+    it knows (versions below it are committed)."""
 
     node: int
     key: str
     hw: int
     entries: Mapping[int, bytes]
+    index: Mapping[tuple[str, int], bytes] = field(default_factory=dict)
 
 
 Op = Send | Poll | Assign | FinalRead | Replica
@@ -180,7 +184,8 @@ def _not_in_final_reads(sends: list[Send], finals: list[FinalRead]) -> list[Viol
 
 
 def _divergence(replicas: list[Replica]) -> list[Violation]:
-    """Each pair of replicas of a partition, entry by entry below the lower of their high watermarks."""
+    """Each pair of replicas of a partition, entry by entry and offset index record by record below the lower of
+    their high watermarks."""
     out = []
     by_key: dict[str, list[Replica]] = defaultdict(list)
     for r in replicas:
@@ -196,6 +201,12 @@ def _divergence(replicas: list[Replica]) -> list[Violation]:
                     out.append(Violation("replica-divergence", key, f"nodes {a.node} and {b.node} differ below"
                                          f" high watermark {bound} at versions {differ[:10]}"
                                          f"{' ...' if len(differ) > 10 else ''} ({len(differ)} in all)"))
+                records = sorted(k for k in set(a.index) | set(b.index) if k[1] < bound)
+                unlike = [k for k in records if a.index.get(k) != b.index.get(k)]
+                if unlike:
+                    out.append(Violation("replica-divergence", key, f"nodes {a.node} and {b.node}'s offset indexes "
+                                         f"differ below high watermark {bound} at (topic, version) {unlike[:10]}"
+                                         f"{' ...' if len(unlike) > 10 else ''} ({len(unlike)} in all)"))
     return out
 
 

@@ -135,6 +135,14 @@ def test_replica_divergence() -> None:
     assert "nodes 1 and 3" in missing.detail and "[3]" in missing.detail
     # another partition's replicas are not compared with these
     assert check([Replica(1, "p0", 4, same), Replica(2, "p1", 4, {0: b"q"})]) == []
+    # the offset indexes too, record by record below the lower high watermark
+    index = {("t", 0): b"r0", ("t", 3): b"r3", ("u", 1): b"s1"}
+    assert check([Replica(1, "p0", 4, same, index), Replica(2, "p0", 4, same, dict(index))]) == []
+    assert check([Replica(1, "p0", 4, same, {**index, ("t", 4): b"r4"}), Replica(2, "p0", 4, same, index)]) == []
+    [unlike] = check([Replica(1, "p0", 4, same, index), Replica(2, "p0", 4, same, {**index, ("u", 1): b"other"})])
+    assert unlike.kind == "replica-divergence" and "offset indexes" in unlike.detail and "('u', 1)" in unlike.detail
+    [lacking] = check([Replica(1, "p0", 4, same, index), Replica(3, "p0", 4, same, {("t", 0): b"r0"})])
+    assert "nodes 1 and 3's offset indexes" in lacking.detail and "(2 in all)" in lacking.detail
 
 
 @st.composite

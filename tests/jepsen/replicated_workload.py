@@ -66,6 +66,7 @@ from walgate.cluster.partition_states import PartitionStates
 from walgate.replication.partition import PartitionState
 from walgate.storage import hw_checkpoint
 from walgate.storage.lineproto import child_table_name
+from walgate.storage.offsets import OffsetIndex
 from walgate.storage.vnode import vnode_of
 from walgate.storage.wal import Wal, WalOptions
 
@@ -540,8 +541,9 @@ def _end(nodes: Nodes, node_id: int, partition: int) -> int:
 
 
 def replica_contents(nodes: Nodes, database_id: str, scratch: Path, replicas: tuple[int, ...]) -> list[Op]:
-    """Each of the nodes ``replicas``' copy of each vgroup (the nodes stopped): its WAL, entry by entry, read from a
-    copy opened offline, and the high watermark of its checkpoint (0 when it has none)."""
+    """Each of the nodes ``replicas``' copy of each vgroup (the nodes stopped): its WAL, entry by entry, and its
+    topics' offset indexes, record by record, read from copies opened offline, and the high watermark of its
+    checkpoint (0 when it has none)."""
     ops: list[Op] = []
     for node_id in replicas:
         for p in range(VGROUPS):
@@ -555,8 +557,23 @@ def replica_contents(nodes: Nodes, database_id: str, scratch: Path, replicas: tu
                            for e in (wal.read_from(wal.first_version) if wal.segments else ())}
             finally:
                 wal.close()
-            ops.append(Replica(node_id, f"p{p}", hw_checkpoint.read(vnode) or 0, entries))
+            ops.append(Replica(node_id, f"p{p}", hw_checkpoint.read(vnode) or 0, entries,
+                               _index_records(vnode, copy.with_name(copy.name + "-topics"))))
     return ops
+
+
+def _index_records(vnode: Path, scratch: Path) -> dict[tuple[str, int], bytes]:
+    """Each record of the offset indexes of vnode directory ``vnode`` (one per topic, ``topics/<topic id>.oidx``),
+    opened from copies in ``scratch`` as the engine opens them (the valid prefix): (topic id, the entry's version) ->
+    a digest of its offset, count and running maximum timestamp."""
+    out: dict[tuple[str, int], bytes] = {}
+    for path in sorted((vnode / "topics").glob("*.oidx")):
+        scratch.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, scratch / path.name)
+        index = OffsetIndex.open(scratch / path.name, 1 << 62)
+        for offset, version, count, running in index.records_between(0, 1 << 62):
+            out[(path.stem, version)] = hashlib.sha256(b"%d %d %d" % (offset, count, running)).digest()
+    return out
 
 
 def final_history(nodes: Nodes, workload: Workload, database_id: str, scratch: Path,
@@ -574,6 +591,7 @@ def final_history(nodes: Nodes, workload: Workload, database_id: str, scratch: P
     nodes.close()
     copies = replica_contents(nodes, database_id, scratch, replicas)
     assert all(c.hw > 0 for c in copies), f"a replica without a high watermark checkpoint: {copies}"
+    assert any(c.index for c in copies), "the replicas' offset indexes of the topic are compared"
     history += copies
     no_traceback(nodes)
     return history
