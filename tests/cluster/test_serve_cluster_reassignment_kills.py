@@ -33,6 +33,7 @@ from test_serve_cluster_replicated_topics import (
     bootstrap,
     checked,
     described,
+    identical_replicas,
     three_nodes,
 )
 
@@ -100,3 +101,4 @@ def test_a_move_survives_the_kill_9_of_the_controller_and_of_its_adding_replica(
         checked(history, writer, nodes)
         for server in nodes:
             no_traceback(server)
+        identical_replicas(stack, nodes, tmp_path / "replicas")

@@ -39,7 +39,9 @@ from confluent_kafka.admin import (
 )
 from etcd_cluster import EtcdCluster
 from history import Assign, FinalRead, Op, Poll, Send, Write, check
+from replica_copies import replica_copies
 from serve_support import create_topics, eventually, leader_of, no_traceback, node, produce_to, sql, wait_log
+from test_serve_cluster_sql import catalog_records
 
 from livewalgate import WalgateServer
 from walgate.cluster.etcd import EtcdSession
@@ -200,6 +202,18 @@ def checked(history: list[Op], writer: Writer, nodes: list[WalgateServer]) -> li
     return sends
 
 
+def identical_replicas(stack: ExitStack, nodes: list[WalgateServer], scratch: Path) -> None:
+    """Every node of ``nodes`` stopped (``stack`` closed): each replica of each partition of :data:`TOPIC` holds the
+    others' WAL entries and offset index records, entry by entry, below the high watermark (the checker's
+    replica-divergence, tests/cluster/replica_copies.py)."""
+    database_id = next(r["db_id"] for r in catalog_records(nodes[0])
+                       if r.get("op") == "create_kafka_topic" and r["name"] == TOPIC)
+    data_dirs = {k + 1: s.data_dir for k, s in enumerate(nodes)}
+    stack.close()
+    copies = replica_copies(data_dirs, database_id, PARTITIONS, scratch, key="{}")
+    assert check(copies) == [] and all(c.entries and c.index for c in copies), copies
+
+
 def full_read(server: WalgateServer, partition: int) -> list[tuple[int, int]]:
     """Every (offset, value) of ``partition`` from offset 0 to its end, read through ``server`` alone."""
     consumer = Consumer({"bootstrap.servers": f"127.0.0.1:{server.kafka_port}", "group.id": "kt-final",
@@ -288,3 +302,4 @@ def test_replicated_topics_are_placed_described_and_survive_a_leaders_kill_9(etc
                 kept[s.data_dir]) - 1 and vnode_dirs(s) < kept[s.data_dir])
         for server in nodes:
             no_traceback(server)
+        identical_replicas(stack, nodes, tmp_path / "replicas")

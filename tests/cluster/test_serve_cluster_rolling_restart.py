@@ -15,7 +15,9 @@ the producer reported no fatal error and gave up no send; tests/cluster/history.
 acknowledged value read once, at one offset, in order, and held by a full read of each partition through each node);
 every node ends in the ISR of every partition; and no partition was ever answered without a leader while it could
 have one (:class:`LeaderlessWindow`: a stopping node, the others during its hand-over, or a starting node naming
-none, docs/cluster.md's three windows of before).
+none, docs/cluster.md's three windows of before); and, every node stopped, each replica's WAL and offset index are
+the others' entry by entry below the high watermark (tests/cluster/replica_copies.py, the checker's
+replica-divergence).
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from test_serve_cluster_replicated_topics import (
     bootstrap,
     described,
     full_read,
+    identical_replicas,
     three_nodes,
 )
 
@@ -158,6 +161,7 @@ def test_a_rolling_restart_under_load_keeps_every_partition_led_and_every_acknow
         if seen:
             raise LeaderlessWindow(f"{len(watch.leaderless)} partitions answered without a leader (node "
                                    f"answering, partition, error code, leader, during): {seen}")
+        identical_replicas(stack, nodes, tmp_path / "replicas")
 
 
 def test_metadata_names_a_live_leader_through_a_controlled_shutdown_and_a_start(etcd1: EtcdCluster,

@@ -31,7 +31,6 @@ node alone, up to the end ListOffsets gives), stops the nodes (SIGTERM), and rea
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import logging
 import os
@@ -50,12 +49,13 @@ from pathlib import Path
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, PartitionMetadata
 from etcd_cluster import EtcdCluster
-from history import Assign, FinalRead, Op, Poll, Replica, Send, Write, check
+from history import Assign, FinalRead, Op, Poll, Send, Write, check
 from kafka import KafkaConsumer
 from kafka import TopicPartition as KpTopicPartition
 from netns import Network
 from power_cut import power_cut
 from prometheus_client.parser import text_string_to_metric_families
+from replica_copies import replica_copies
 from serve_support import WAIT_S, cluster_args, eventually, readyz, sql
 from test_serve_cluster_sql import db_id
 
@@ -64,15 +64,12 @@ from walgate.cluster.etcd import EtcdSession
 from walgate.cluster.model import Keys
 from walgate.cluster.partition_states import PartitionStates
 from walgate.replication.partition import PartitionState
-from walgate.storage import hw_checkpoint
 from walgate.storage.lineproto import child_table_name
-from walgate.storage.offsets import OffsetIndex
 from walgate.storage.vnode import vnode_of
-from walgate.storage.wal import Wal, WalOptions
 
 __all__ = ["LONG", "SEEDS", "ACKS", "KEYS", "VGROUPS", "TOPIC", "Nodes", "Workload", "three_ready", "ready_nodes",
            "controller",
-           "replicated_database", "partition_states", "metric_sum", "final_reads", "replica_contents", "final_history",
+           "replicated_database", "partition_states", "metric_sum", "final_reads", "final_history",
            "wait_until", "checked", "new_leader", "restart", "started", "no_traceback"]
 
 KEYS = Keys("walgate")  # the cluster walgate serve joins by default
@@ -540,42 +537,6 @@ def _end(nodes: Nodes, node_id: int, partition: int) -> int:
         time.sleep(0.1)
 
 
-def replica_contents(nodes: Nodes, database_id: str, scratch: Path, replicas: tuple[int, ...]) -> list[Op]:
-    """Each of the nodes ``replicas``' copy of each vgroup (the nodes stopped): its WAL, entry by entry, and its
-    topics' offset indexes, record by record, read from copies opened offline, and the high watermark of its
-    checkpoint (0 when it has none)."""
-    ops: list[Op] = []
-    for node_id in replicas:
-        for p in range(VGROUPS):
-            vnode = nodes.data_dir(node_id) / "db" / database_id / f"vnode{p}"
-            copy = scratch / f"node{node_id}-vnode{p}"
-            if (vnode / "wal").is_dir():
-                shutil.copytree(vnode / "wal", copy)
-            wal = Wal.open(copy, WalOptions())
-            try:
-                entries = {e.version: hashlib.sha256(bytes([e.kind]) + e.count.to_bytes(4, "big") + e.body).digest()
-                           for e in (wal.read_from(wal.first_version) if wal.segments else ())}
-            finally:
-                wal.close()
-            ops.append(Replica(node_id, f"p{p}", hw_checkpoint.read(vnode) or 0, entries,
-                               _index_records(vnode, copy.with_name(copy.name + "-topics"))))
-    return ops
-
-
-def _index_records(vnode: Path, scratch: Path) -> dict[tuple[str, int], bytes]:
-    """Each record of the offset indexes of vnode directory ``vnode`` (one per topic, ``topics/<topic id>.oidx``),
-    opened from copies in ``scratch`` as the engine opens them (the valid prefix): (topic id, the entry's version) ->
-    a digest of its offset, count and running maximum timestamp."""
-    out: dict[tuple[str, int], bytes] = {}
-    for path in sorted((vnode / "topics").glob("*.oidx")):
-        scratch.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(path, scratch / path.name)
-        index = OffsetIndex.open(scratch / path.name, 1 << 62)
-        for offset, version, count, running in index.records_between(0, 1 << 62):
-            out[(path.stem, version)] = hashlib.sha256(b"%d %d %d" % (offset, count, running)).digest()
-    return out
-
-
 def final_history(nodes: Nodes, workload: Workload, database_id: str, scratch: Path,
                   replicas: tuple[int, ...] = (1, 2, 3)) -> list[Op]:
     """The workload's history, the final reads through every node (the nodes ``replicas`` started where they are
@@ -589,7 +550,7 @@ def final_history(nodes: Nodes, workload: Workload, database_id: str, scratch: P
             p, replicas[0]) in replicas and nodes.isr(p, replicas[0]) == sorted(replicas))
     history = workload.history + final_reads(nodes)
     nodes.close()
-    copies = replica_contents(nodes, database_id, scratch, replicas)
+    copies = replica_copies({n: nodes.data_dir(n) for n in replicas}, database_id, VGROUPS, scratch)
     assert all(c.hw > 0 for c in copies), f"a replica without a high watermark checkpoint: {copies}"
     assert any(c.index for c in copies), "the replicas' offset indexes of the topic are compared"
     history += copies
