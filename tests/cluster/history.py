@@ -35,8 +35,15 @@ log (offset -> the values seen there, from acknowledgements and reads) and retur
   offset index records, at a version below the lower of their high watermarks (issue 25: every replica's WAL is the
   leader's, entry by entry, and its offset index too, up to the high watermark).
 
-Values of ``info`` sends may appear or not: that is no violation. What is not checked: dependency cycles between
-transactions (jepsen's G0/G1c/G-single over the write-read-version graph) and the order of one producer's sends.
+- ``write-cycle``: jepsen's G0 within one process: its sends (transactions: a :class:`Send` of several writes, one
+  after the other) ordered one way in one partition's log and the other way in another's, i.e. a cycle in the graph
+  whose edges join its sends of values at consecutive offsets of a partition (ww dependencies, Adya's G0;
+  ``networkx`` finds the cycles). Across processes Kafka promises no such order (its transactions are atomic, not
+  serializable: two producers' concurrent transactions may be ordered both ways), so none is checked.
+
+Values of ``info`` sends may appear or not: that is no violation. What is not checked: cycles through reads (G1c,
+G-single: a :class:`Poll` here reads only, in no transaction that also writes, so no such cycle can be formed) and
+the order of one producer's sends.
 """
 
 from __future__ import annotations
@@ -46,13 +53,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+import networkx as nx
+
 __all__ = ["Write", "Send", "Poll", "Assign", "FinalRead", "Replica", "Op", "Violation", "check", "Value",
            "Outcome"]
 
 Value = int | str
 Outcome = Literal["ok", "fail", "info"]
 Kind = Literal["lost-write", "duplicate", "inconsistent-offsets", "aborted-read", "phantom-read",
-               "nonmonotonic-poll", "poll-skip", "replica-divergence"]
+               "nonmonotonic-poll", "poll-skip", "replica-divergence", "write-cycle"]
 
 
 @dataclass(frozen=True)
@@ -155,7 +164,37 @@ def check(history: Sequence[Op]) -> list[Violation]:
     finals = [op for op in history if isinstance(op, FinalRead)]
     return (_lost_writes(logs) + _not_in_final_reads(sends, finals) + _duplicates(logs) + _inconsistent(logs)
             + _bad_reads(logs, writer) + _poll_order(reads, logs)
-            + _divergence([op for op in history if isinstance(op, Replica)]))
+            + _divergence([op for op in history if isinstance(op, Replica)]) + _write_cycles(logs, sends, writer))
+
+
+def _write_cycles(logs: dict[str, _Log], sends: list[Send], writer: dict[Value, Send]) -> list[Violation]:
+    """G0 within a process: each strongly connected set of sends in the ww graph (an edge from a process's send of
+    the value at one offset of a partition to its send of the value at the next offset holding one of its values,
+    where each holds one value its send wrote to that partition, held at that offset only: duplicates and phantoms
+    are their own rules' violations), one cycle of it named."""
+    index = {id(s): i for i, s in enumerate(sends)}
+    graph: nx.DiGraph[int] = nx.DiGraph()
+    for key, log in sorted(logs.items()):
+        before: dict[int, int] = {}  # process -> its send of the last value seen in the partition
+        for offset in sorted(log.at):
+            values = log.at[offset]
+            value = next(iter(values))
+            send = writer.get(value) if len(values) == 1 and len(log.offsets_of[value]) == 1 else None
+            if send is None or all(w.key != key for w in send.writes if w.value == value):
+                continue
+            now, last = index[id(send)], before.get(send.process)
+            if last is not None and last != now:
+                graph.add_edge(last, now, key=key)
+            before[send.process] = now
+    out = []
+    for component in sorted(nx.strongly_connected_components(graph), key=min):
+        if len(component) > 1:
+            cycle = nx.find_cycle(graph.subgraph(component))
+            named = [(sends[a].writes[0].value, graph.edges[a, b]["key"]) for a, b, *_ in cycle]
+            out.append(Violation("write-cycle", str(named[0][1]), f"{len(component)} sends ordered both ways across "
+                                 "partitions (G0); a cycle, each send by its first value and the partition ordering it "
+                                 f"before the next: {named}", tuple(v for v, _ in named)))
+    return out
 
 
 def _as_polls(history: Sequence[Op]) -> list[Op]:

@@ -188,3 +188,23 @@ def clean_histories(draw: st.DrawFn) -> list[Op]:
 @given(clean_histories())
 def test_a_generated_clean_history_has_no_violation(history: list[Op]) -> None:
     assert check(history) == []
+
+
+def test_write_cycles() -> None:
+    """G0 within a process: two of its transactions, each writing partitions a and b, ordered t1 < t2 in a and t2 <
+    t1 in b, are a cycle; in the same order in both, or one-write sends interleaved, they are not; two processes'
+    transactions ordered both ways are no violation (Kafka's transactions are not serializable)."""
+    t1 = Send(1, (Write("a", 1, 0), Write("b", 2, 1)), "ok")
+    t2 = Send(1, (Write("a", 3, 1), Write("b", 4, 0)), "ok")
+    assert check([t1, Send(2, t2.writes, "ok")]) == []
+    [cycle] = check([t1, t2])
+    assert cycle.kind == "write-cycle" and "2 sends" in cycle.detail and set(cycle.values) == {1, 3}
+    assert check([t1, Send(2, (Write("a", 3, 1), Write("b", 4, 2)), "ok")]) == []
+    singles = [Send(1, (Write("a", 5, 2),), "ok"), Send(1, (Write("b", 6, 2),), "ok")]
+    assert check([t1, Send(1, (Write("a", 3, 1), Write("b", 4, 3)), "ok"), *singles]) == []
+    # three of one process: t1 < s in a, t3 < t1 in b and s < t3 in c, another process's send between: a cycle
+    t3 = Send(1, (Write("b", 7, 0), Write("c", 8, 2)), "ok")
+    s = Send(1, (Write("a", 9, 1), Write("c", 10, 0)), "ok")
+    other = Send(2, (Write("c", 11, 1),), "ok")
+    [three] = check([Send(1, (Write("a", 1, 0), Write("b", 2, 1)), "ok"), t3, s, other])
+    assert "3 sends" in three.detail
