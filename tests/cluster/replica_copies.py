@@ -23,13 +23,15 @@ _END = 1 << 62  # past every version and offset
 def replica_copies(data_dirs: Mapping[int, Path], database_id: str, vgroups: int, scratch: Path,
                    key: str = "p{}") -> list[Op]:
     """Node ``n``'s copy (data dir ``data_dirs[n]``, the node stopped) of each of the ``vgroups`` vgroups of the
-    database of id ``database_id``, as partition ``key.format(vgroup)``: its WAL, entry by entry, and its topics'
-    offset indexes, record by record, read from copies in ``scratch`` opened as the engine opens them, and the high
-    watermark of its checkpoint (0 when it has none)."""
+    database of id ``database_id`` it holds, as partition ``key.format(vgroup)``: its WAL, entry by entry, and its
+    topics' offset indexes, record by record, read from copies in ``scratch`` opened as the engine opens them, and
+    the high watermark of its checkpoint (0 when it has none)."""
     ops: list[Op] = []
     for node_id, data_dir in sorted(data_dirs.items()):
         for p in range(vgroups):
             vnode = data_dir / "db" / database_id / f"vnode{p}"
+            if not vnode.is_dir():  # (a replica moved away: its copy deleted)
+                continue
             copy = scratch / f"node{node_id}-vnode{p}"
             if (vnode / "wal").is_dir():
                 shutil.copytree(vnode / "wal", copy)
