@@ -82,22 +82,34 @@ def killed_and_started_again(stack: ExitStack, etcd: EtcdCluster, tmp_path: Path
                                                 data_dir=before.data_dir, kafka_port=before.kafka_port))
 
 
+def topic_in_sync(stack: ExitStack, etcd: EtcdCluster, tmp_path: Path) -> list[WalgateServer]:
+    """Three nodes (stopped when ``stack`` closes) and :data:`TOPIC` of replication factor 3, every replica in sync."""
+    nodes = three_nodes(stack, etcd, tmp_path)
+    create_topics(bootstrap(nodes), NewTopic(TOPIC, PARTITIONS, 3, config=KT_CONFIGS))
+    eventually("three in sync", lambda: all(isr == [1, 2, 3] for _, _, isr in described(nodes[0], TOPIC).values()))
+    return nodes
+
+
+def moved_off_node_3(nodes: list[WalgateServer], writer: Writer) -> None:
+    """Once ``writer`` wrote some values, partition 0 moved to nodes 1 and 2 (completed at once: both in sync), then
+    100 more values acknowledged there: node 3's copy, deleted, would start behind."""
+    eventually("values acknowledged", lambda: writer.acked() > 20)
+    assert move(nodes[1].kafka_port, [1, 2]) == ErrorCode.none
+    eventually("partition 0 on nodes 1 and 2", lambda: described(nodes[0], TOPIC)[0][1:] == ([1, 2], [1, 2]))
+    acked = writer.acked()
+    eventually("more values on nodes 1 and 2", lambda: writer.acked() > acked + 100)
+
+
 def test_a_move_survives_the_kill_9_of_the_controller_and_of_its_adding_replica(etcd1: EtcdCluster,
                                                                                tmp_path: Path) -> None:
     history: list[Op] = []
     with ExitStack() as stack:
-        nodes = three_nodes(stack, etcd1, tmp_path)
-        create_topics(bootstrap(nodes), NewTopic(TOPIC, PARTITIONS, 3, config=KT_CONFIGS))
-        eventually("three in sync", lambda: all(isr == [1, 2, 3] for _, _, isr in described(nodes[0], TOPIC).values()))
+        nodes = topic_in_sync(stack, etcd1, tmp_path)
         reader, writer = Reader(bootstrap(nodes), history), Writer(bootstrap(nodes), history)
         reader.start()
         writer.start()
         try:
-            eventually("values acknowledged", lambda: writer.acked() > 20)
-            assert move(nodes[1].kafka_port, [1, 2]) == ErrorCode.none  # in sync: completed at once
-            eventually("partition 0 on nodes 1 and 2", lambda: described(nodes[0], TOPIC)[0][1:] == ([1, 2], [1, 2]))
-            acked = writer.acked()
-            eventually("node 3's copy of partition 0 left behind", lambda: writer.acked() > acked + 100)
+            moved_off_node_3(nodes, writer)
 
             os.kill(nodes[2].proc.pid, signal.SIGSTOP)  # (registered for its session: the target is valid)
             stack.callback(lambda: nodes[2].proc.poll() is None and os.kill(nodes[2].proc.pid, signal.SIGCONT))
@@ -125,18 +137,12 @@ def test_a_move_survives_the_kill_9_of_its_source_replica_and_of_the_controller(
     1 deletes its copy, and every acknowledged write is kept, every replica identical."""
     history: list[Op] = []
     with ExitStack() as stack:
-        nodes = three_nodes(stack, etcd1, tmp_path)
-        create_topics(bootstrap(nodes), NewTopic(TOPIC, PARTITIONS, 3, config=KT_CONFIGS))
-        eventually("three in sync", lambda: all(isr == [1, 2, 3] for _, _, isr in described(nodes[0], TOPIC).values()))
+        nodes = topic_in_sync(stack, etcd1, tmp_path)
         reader, writer = Reader(bootstrap(nodes), history), Writer(bootstrap(nodes), history)
         reader.start()
         writer.start()
         try:
-            eventually("values acknowledged", lambda: writer.acked() > 20)
-            assert move(nodes[1].kafka_port, [1, 2]) == ErrorCode.none
-            eventually("partition 0 on nodes 1 and 2", lambda: described(nodes[0], TOPIC)[0][1:] == ([1, 2], [1, 2]))
-            acked = writer.acked()
-            eventually("more values on nodes 1 and 2", lambda: writer.acked() > acked + 100)
+            moved_off_node_3(nodes, writer)
 
             os.kill(nodes[2].proc.pid, signal.SIGSTOP)
             stack.callback(lambda: nodes[2].proc.poll() is None and os.kill(nodes[2].proc.pid, signal.SIGCONT))
