@@ -17,7 +17,9 @@ etcd member, :func:`bench.cluster.cluster`), against replication factor 1 on the
   the partitions; then the topic is deleted. Samples alternate factor 3 and factor 1 (ABAB..., ``repeat`` of each).
   Rows: records/s and MB/s (value bytes) of factor 3 against factor 1 (medians; the records/s row carries the
   issue's >= 50 % target) and, in the median sample, the p99 of the records' latencies from the produce call to the
-  acknowledgement (the client's queue included: with the queue full it is about :data:`QUEUE` / the rate).
+  acknowledgement (the client's queue included: with the queue full it is about :data:`QUEUE` / the rate) and the
+  CPU-milliseconds per MB written of the three nodes together (utime + stime from /proc/<pid>/stat over the
+  producer's run): on a machine whose cores the nodes share, what bounds the ratio.
 
 ``python -m bench --only replicated`` (``--quick``: 100 round trips a topic instead of 1,000, 20,000 records a
 throughput sample instead of 200,000, one sample of each factor). Without a C compiler or librdkafka's header
@@ -34,6 +36,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from bench import cclient
 from bench.cluster import cluster, delete, delivered, interleaved, quantile
 from bench.report import Row, Target, median_run
+from bench.servers import cpu_seconds
 from walgate.gateway.cluster_up import LocalCluster
 
 ENABLED = ("--override", "replication.enable=true")
@@ -52,8 +55,9 @@ def _create(bootstrap: str, topic: str, factor: int) -> None:
 
 
 def throughput(running: LocalCluster, repeat: int, count: int) -> dict[int, list[cclient.Produced]]:
-    """``repeat`` throughput samples of each replication factor, 3 and 1 in turns (the module docstring); each
-    printed as it is taken; none without the C producer."""
+    """``repeat`` throughput samples of each replication factor, 3 and 1 in turns (the module docstring), each with
+    the CPU-seconds of the three nodes together as its ``cpu``; each printed as it is taken; none without the C
+    producer."""
     binary = cclient.build("cproduce")
     samples: dict[int, list[cclient.Produced]] = {3: [], 1: []}
     if binary is None:
@@ -63,21 +67,24 @@ def throughput(running: LocalCluster, repeat: int, count: int) -> dict[int, list
         for factor in samples:
             topic = f"rf{factor}-throughput-{i}"
             _create(bootstrap, topic, factor)
+            before = _nodes_cpu(running)
             run = cclient.produce(binary, bootstrap, topic, PARTITIONS, 1, count, VALUE, "all",
                                   running.pids()["node1"], QUEUE)
+            run.cpu = _nodes_cpu(running) - before
             delete(bootstrap, topic)
             if run.count < count:
                 raise RuntimeError(f"{topic}: {run.count} of {count} records acknowledged")
             samples[factor].append(run)
             print(f"bench: replicated throughput, factor {factor}, sample {i + 1}: {run.rate:,.0f} records/s, "
-                  f"{run.rate * VALUE / 1e6:.1f} MB/s, latency p50 {run.p50 * 1e3:.1f} ms p99 {run.p99 * 1e3:.1f} ms",
-                  flush=True)
+                  f"{run.rate * VALUE / 1e6:.1f} MB/s, latency p50 {run.p50 * 1e3:.1f} ms p99 {run.p99 * 1e3:.1f} ms, "
+                  f"the nodes' CPU-s {run.cpu:.2f} over {run.seconds:.2f} s", flush=True)
     return samples
 
 
 def throughput_rows(samples: dict[int, list[cclient.Produced]]) -> list[Row]:
-    """Records/s (with the >= 50 % target) and MB/s of factor 3 against factor 1, medians, and the p99 latency of
-    each factor's median sample; none without samples."""
+    """Records/s (with the >= 50 % target) and MB/s of factor 3 against factor 1, medians, and the p99 latency and
+    the nodes' CPU per MB of each factor's median sample (its ``cpu``: the nodes' CPU-seconds); none without
+    samples."""
     if not samples[1]:
         return []
     rate = {f: statistics.median(s.rate for s in ss) for f, ss in samples.items()}
@@ -90,7 +97,18 @@ def throughput_rows(samples: dict[int, list[cclient.Produced]]) -> list[Row]:
             rate[1] * VALUE / 1e6),
         Row(f"  latency p99 (produce call to ack, <= {QUEUE:,} queued), factor 3", middle[3].p99 * 1e3, "ms",
             "replication factor 1", middle[1].p99 * 1e3),
+        Row("  CPU-milliseconds per MB written, the 3 nodes together, factor 3", _per_mb(middle[3]), "CPU-ms/MB",
+            "replication factor 1", _per_mb(middle[1])),
     ]
+
+
+def _per_mb(run: cclient.Produced) -> float:
+    return run.cpu * 1e3 / (run.count * VALUE / 1e6)
+
+
+def _nodes_cpu(running: LocalCluster) -> float:
+    """The CPU-seconds every node of ``running`` has used so far."""
+    return sum(cpu_seconds(pid) for name, pid in running.pids().items() if name.startswith("node"))
 
 
 def run(*, quick: bool, repeat: int) -> list[Row]:

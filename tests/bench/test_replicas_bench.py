@@ -17,16 +17,19 @@ from bench.replicated import throughput_rows
 
 
 def _produced(rate: float, p99: float) -> Produced:
-    return Produced(count=int(rate * 2), seconds=2.0, cpu=0.0, p50=p99 / 2, p99=p99)
+    """A 2-second sample at ``rate`` records/s; the nodes spent 1 CPU-second per 10,000 records."""
+    return Produced(count=int(rate * 2), seconds=2.0, cpu=rate * 2 / 10_000, p50=p99 / 2, p99=p99)
 
 
 def test_factor_3_throughput_is_the_median_sample_against_factor_1_with_the_half_target() -> None:
     rows = throughput_rows({3: [_produced(10_000, 0.9), _produced(30_000, 0.3), _produced(20_000, 0.5)],
                             1: [_produced(50_000, 0.2), _produced(30_000, 0.4), _produced(40_000, 0.25)]})
-    records, mb, latency = rows
+    records, mb, latency, cpu = rows
     assert (records.value, records.limit, records.verdict) == (20_000, 40_000, "met")  # exactly 50 %
     assert mb.value == pytest.approx(20_000 * replicated.VALUE / 1e6)
     assert (latency.value, latency.limit) == (pytest.approx(500), pytest.approx(250))  # the median samples' p99, ms
+    per_mb = 1e3 / (10_000 * replicated.VALUE / 1e6)  # 1 CPU-s per 10,000 records of VALUE bytes, in CPU-ms/MB
+    assert (cpu.value, cpu.limit) == (pytest.approx(per_mb), pytest.approx(per_mb))
     slower = throughput_rows({3: [_produced(19_999, 0.5)], 1: [_produced(40_000, 0.25)]})
     assert slower[0].verdict == "missed"
     assert throughput_rows({3: [], 1: []}) == []  # no C producer: no rows
@@ -34,7 +37,7 @@ def test_factor_3_throughput_is_the_median_sample_against_factor_1_with_the_half
 
 def test_failover_rows_count_the_kills_over_the_lease_ttl_plus_3_s() -> None:
     times = [1.0, 2.0, BOUND_S + 0.5, 3.0, BOUND_S + 1.0]
-    rounds = [Round(1 + i % 3, i == 2, t, 3.0, 1.0, (i, i + 1)) for i, t in enumerate(times)]
+    rounds = [Round(1 + i % 3, i == 2, t, 3.0, 1.0) for i, t in enumerate(times)]
     p50, p99, slowest, over, start, catch_up = failover_rows(rounds, 1000)
     assert p50.value == 3.0
     assert (p99.value, p99.verdict) == (BOUND_S + 1.0, "missed")
@@ -50,6 +53,7 @@ def test_replicated_quick_run_makes_its_throughput_rows() -> None:
     throughput = rows["replicated: acks=all produce, replication factor 3"]
     assert throughput.value > 0 and throughput.limit > 0 and throughput.target is not None
     assert rows["  latency p99"].value > 0
+    assert rows["  CPU-milliseconds per MB written, the 3 nodes together, factor 3"].value > 0
 
 
 def test_failover_quick_run_times_three_kills() -> None:
