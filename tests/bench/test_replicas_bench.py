@@ -37,11 +37,12 @@ def test_factor_3_throughput_is_the_median_sample_against_factor_1_with_the_half
 
 def test_failover_rows_count_the_kills_over_the_lease_ttl_plus_3_s() -> None:
     times = [1.0, 2.0, BOUND_S + 0.5, 3.0, BOUND_S + 1.0]
-    rounds = [Round(1 + i % 3, i == 2, t, 3.0, 1.0) for i, t in enumerate(times)]
-    p50, p99, slowest, over, start, catch_up = failover_rows(rounds, 1000)
+    rounds = [Round(1 + i % 3, i == 2, t / 2, t, 3.0, 1.0) for i, t in enumerate(times)]
+    p50, p99, slowest, elected, elected_p99, over, start, catch_up = failover_rows(rounds, 1000)
     assert p50.value == 3.0
     assert (p99.value, p99.verdict) == (BOUND_S + 1.0, "missed")
     assert (slowest.value, slowest.limit) == (BOUND_S + 1.0, BOUND_S)
+    assert (elected.value, elected_p99.value) == (1.5, (BOUND_S + 1.0) / 2)
     assert over.value == 2 and "1 killed leaders were the controller, 1 of those over" in over.scenario
     assert (start.value, catch_up.value) == (3.0, 1.0)
     assert failover_rows(rounds[:2], 10)[1].verdict == "met"
@@ -58,9 +59,10 @@ def test_replicated_quick_run_makes_its_throughput_rows() -> None:
 
 def test_failover_quick_run_times_three_kills() -> None:
     rows = failover.run(quick=True, repeat=1)
-    p50, p99, slowest, over = rows[:4]
+    p50, p99, slowest, elected, elected_p99, over = rows[:6]
     assert "3 kills" in p50.scenario
     assert 0 < p50.value <= p99.value <= slowest.value < failover.ACK_WAIT_S
+    assert 0 < elected.value <= elected_p99.value < failover.ACK_WAIT_S
     assert over.value in (0, 1, 2, 3)
     assert all(math.isfinite(r.value) for r in rows)
 
