@@ -12,13 +12,14 @@ partition's ISR is full and every node's ``/readyz`` answers 200, note the contr
 nodes) that names another leader (the election: the lease lapsing, the controller's etcd transaction, the new leader
 and the node asked reading the state) and to the first acknowledgement of a record sent after the kill (the old
 leader is dead by then: a new leader acknowledged it; librdkafka's delivery reports carry no leader epoch to check
-it by); then start the node again on its data dir (:func:`bench.rolling.relaunch`: to ``/healthz``
-200, then ``/readyz`` 200, back in every ISR) and go on. Rows: the p50, p99 and slowest failover over the rounds
-(the p99 and the slowest with the bound as target), the p50 and p99 of the election part, how many rounds exceeded the bound (and how many of the killed
-leaders were also the controller, whose election waits for the same lease), and the median restart and catch-up.
+it by); then start the node again on its data dir (:func:`bench.rolling.relaunch`: to ``/healthz`` 200, then
+``/readyz`` 200, back in every ISR) and go on. Rows: the p50, p99 and slowest failover over the rounds (the p99 and
+the slowest with the bound as target), the p50 and p99 of the election part, how many rounds exceeded the bound (and
+how many of the killed leaders were also the controller, whose election waits for the same lease), and the median
+restart and catch-up.
 
 ``python -m bench --only failover`` (``--quick``: 3 kills instead of :data:`KILLS`). A write that fails, or a round
-with no acknowledgement under the new leader within :data:`ACK_WAIT_S`, stops the run.
+with no new leader in Metadata or no acknowledgement under it within :data:`ACK_WAIT_S`, stops the run.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from confluent_kafka import KafkaError, Message, Producer
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from bench.cluster import cluster, controller, quantile
@@ -150,7 +151,10 @@ def _elected(admin: AdminClient, old: int, since: float) -> float:
     """When a Metadata answer (asked every 50 ms) first named a leader other than ``old`` for the partition, at most
     :data:`ACK_WAIT_S` after ``since``."""
     while time.perf_counter() < since + ACK_WAIT_S:
-        leader = admin.list_topics(TOPIC, timeout=10).topics[TOPIC].partitions[0].leader
+        try:
+            leader = admin.list_topics(TOPIC, timeout=10).topics[TOPIC].partitions[0].leader
+        except KafkaException:  # no node answered in time (the one asked was the killed one): ask again
+            leader = -1
         if leader not in (old, -1):
             return time.perf_counter()
         time.sleep(0.05)
