@@ -21,6 +21,8 @@ try:
         cluster,
         commits,
         consume,
+        failover,
+        follower,
         groups,
         ingest,
         latency,
@@ -44,7 +46,7 @@ SCENARIOS = {"ingest": ingest.run, "consume": consume.run, "produce": produce.ru
              "cleaner": cleaner.run, "transactions": transactions.run,
              "stalls": stalls.run, "shares": shares.run, "subtables": subtables.run,
              "cluster": cluster.run, "replicated": replicated.run,
-             "rolling": rolling.run, "reassign": reassign.run}
+             "rolling": rolling.run, "reassign": reassign.run, "failover": failover.run, "follower": follower.run}
 
 
 def machine() -> str:

@@ -13,6 +13,7 @@ import os
 import resource
 import shutil
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 
 import confluent_kafka
@@ -78,11 +79,22 @@ def consume(binary: Path, bootstrap: str, topic: str, partition_sets: list[list[
     return sum(int(o[0]) for o in outs), sum(int(o[1]) for o in outs), max(float(o[2]) for o in outs), cpu
 
 
+@dataclass
+class Produced(Tally):
+    """A :class:`Tally` of C producers with the median and 99th percentile of their records' latencies (seconds from
+    the produce call to the delivery report, bench/cproduce.c; the process's whose run was longest)."""
+
+    p50: float = 0.0
+    p99: float = 0.0
+
+
 def produce(binary: Path, bootstrap: str, topic: str, partitions: int, processes: int, count: int, size: int,
-            acks: str, pid: int) -> Tally:
+            acks: str, pid: int, queue: int = 1_000_000) -> Produced:
     """``processes`` C producers sending ``count`` records in all at once (started together once each has the
-    topic's metadata), with the server ``pid``'s CPU-seconds over the same time."""
-    procs = [subprocess.Popen([str(binary), bootstrap, topic, str(partitions), str(count // processes), str(size), acks],
+    topic's metadata), each with at most ``queue`` records queued or in flight, with the server ``pid``'s
+    CPU-seconds over the same time."""
+    procs = [subprocess.Popen([str(binary), bootstrap, topic, str(partitions), str(count // processes), str(size), acks,
+                               str(queue)],
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env={**os.environ, **CLIENT_ENV})
              for _ in range(processes)]
     try:
@@ -103,4 +115,5 @@ def produce(binary: Path, bootstrap: str, topic: str, partitions: int, processes
                 p.kill()
                 p.wait()
     # each process times itself from its go line; they are told at once, so the longest is the whole run
-    return Tally(sum(int(o[0]) for o in outs), max(float(o[1]) for o in outs), cpu)
+    longest = max(outs, key=lambda o: float(o[1]))
+    return Produced(sum(int(o[0]) for o in outs), float(longest[1]), cpu, float(longest[2]), float(longest[3]))

@@ -68,7 +68,10 @@ int main(int argc, char **argv) {
     long long records = 0, bytes = 0;
     double start = 0, deadline = now() + timeout;
     while (records < expected && now() < deadline) {
-        ssize_t n = rd_kafka_consume_batch_queue(queue, 1000, batch, 10000);
+        /* no more than the records still expected: a batch call returns once it has its size or after the 1 s
+         * timeout, so a larger last batch would add up to a second to the read */
+        long long left = expected - records;
+        ssize_t n = rd_kafka_consume_batch_queue(queue, 1000, batch, left < 10000 ? (size_t)left : 10000);
         for (ssize_t i = 0; i < n; i++) {
             if (!batch[i]->err) {
                 if (!start)

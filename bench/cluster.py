@@ -45,7 +45,7 @@ import tempfile
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -67,13 +67,14 @@ CLUSTER_PREFIX = b"/walgate/walgate/"  # cluster.name's default
 
 
 @contextlib.contextmanager
-def cluster(nodes: int, *node_args: str) -> Iterator[LocalCluster]:
-    """``nodes`` nodes (``node_args``: more flags of each) and one etcd member on a free loopback block, data in a
-    temporary directory."""
+def cluster(nodes: int, *node_args: str, each_node: Mapping[int, tuple[str, ...]] | None = None
+            ) -> Iterator[LocalCluster]:
+    """``nodes`` nodes (``node_args``: more flags of each; ``each_node``: more flags of the node of that id) and one
+    etcd member on a free loopback block, data in a temporary directory."""
     with tempfile.TemporaryDirectory(prefix="walgate-bench-cluster-") as tmp:
         first = free_loopback_block(nodes, PORTS, random.Random(os.getpid() ^ time.time_ns()))
         layout = plan(nodes, 1, loopback_hosts(first, nodes), kafka_port=9092, http_port=6041, etcd_port=2379)
-        with LocalCluster(layout, Path(tmp), node_args) as running:
+        with LocalCluster(layout, Path(tmp), node_args, each_node) as running:
             yield running
 
 
@@ -362,9 +363,10 @@ def _routing_rows(three: LocalCluster, one: LocalCluster, quick: bool) -> list[R
     ]
 
 
-def controller(running: LocalCluster) -> int:
-    """The controller's node id, as node 1's ``SHOW DNODES`` names it."""
-    request = urllib.request.Request(running.plan.nodes[0].http_url + "/rest/sql", data=b"SHOW DNODES", method="POST")
+def controller(running: LocalCluster, via: int = 1) -> int:
+    """The controller's node id, as node ``via``'s ``SHOW DNODES`` names it."""
+    request = urllib.request.Request(running.plan.nodes[via - 1].http_url + "/rest/sql", data=b"SHOW DNODES",
+                                     method="POST")
     with urllib.request.urlopen(request, timeout=30) as r:
         return next(row[0] for row in json.load(r)["data"] if row[3] == "controller")
 

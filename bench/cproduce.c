@@ -1,19 +1,25 @@
 /* The benchmark's C producer: librdkafka with nothing per record but a pointer to one shared value, so the client is
  * not the bound of the small-record produce rows.
  *
- * usage: cproduce BOOTSTRAP TOPIC PARTITIONS COUNT SIZE ACKS
+ * usage: cproduce BOOTSTRAP TOPIC PARTITIONS COUNT SIZE ACKS [QUEUE]
  * Fetches the topic's metadata, prints "ready" and waits for a line on stdin (so several processes start together),
  * then sends COUNT values of SIZE bytes round-robin over partitions 0..PARTITIONS-1 with the settings of
- * bench/produce.py's Python producer (linger.ms=5, batch.size=1 MiB, idempotence with acks=all), waits for every
- * acknowledgement and prints "acknowledged seconds" (the seconds from the go line to the last acknowledgement).
+ * bench/produce.py's Python producer (linger.ms=5, batch.size=1 MiB, idempotence with acks=all; at most QUEUE records
+ * queued or in flight, queue.buffering.max.messages, default 1,000,000), waits for every acknowledgement and prints
+ * "acknowledged seconds p50 p99": the seconds from the go line to the last acknowledgement, and the median and 99th
+ * percentile of the acknowledged records' latencies (from the produce call that queued a record to its delivery
+ * report: the client's queue included, so with a full queue the latency is QUEUE / the rate, Little's law).
  * Built by bench/cclient.py. */
 #include <librdkafka/rdkafka.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 static long long acknowledged;
+static double *queued_at; /* per record index: when its produce call returned */
+static double *latencies; /* per acknowledged record, in delivery order */
 
 static double now(void) {
     struct timespec ts;
@@ -31,12 +37,24 @@ static void set(rd_kafka_conf_t *conf, const char *key, const char *value) {
 
 static void delivered(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque) {
     if (!m->err)
-        acknowledged++;
+        latencies[acknowledged++] = now() - queued_at[(long long)(intptr_t)m->_private];
+}
+
+static int ascending(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double quantile(double q) {
+    if (acknowledged == 0)
+        return 0.0;
+    long long i = (long long)(q * acknowledged);
+    return latencies[i < acknowledged ? i : acknowledged - 1];
 }
 
 int main(int argc, char **argv) {
     if (argc < 7) {
-        fprintf(stderr, "usage: cproduce BOOTSTRAP TOPIC PARTITIONS COUNT SIZE ACKS\n");
+        fprintf(stderr, "usage: cproduce BOOTSTRAP TOPIC PARTITIONS COUNT SIZE ACKS [QUEUE]\n");
         return 2;
     }
     int partitions = atoi(argv[3]);
@@ -48,7 +66,7 @@ int main(int argc, char **argv) {
     set(conf, "acks", argv[6]);
     set(conf, "linger.ms", "5");
     set(conf, "batch.size", "1048576");
-    set(conf, "queue.buffering.max.messages", "1000000");
+    set(conf, "queue.buffering.max.messages", argc > 7 ? argv[7] : "1000000");
     set(conf, "enable.idempotence", strcmp(argv[6], "all") == 0 ? "true" : "false");
     rd_kafka_conf_set_dr_msg_cb(conf, delivered);
     rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof err);
@@ -63,6 +81,8 @@ int main(int argc, char **argv) {
         return 2;
     }
     rd_kafka_metadata_destroy(md);
+    queued_at = malloc(sizeof(double) * (count > 0 ? count : 1));
+    latencies = malloc(sizeof(double) * (count > 0 ? count : 1));
     char *value = malloc(size);
     memset(value, 'x', size);
     printf("ready\n");
@@ -72,19 +92,24 @@ int main(int argc, char **argv) {
         return 2;
     double start = now();
     for (long long i = 0; i < count; i++) {
-        while (rd_kafka_produce(topic, (int32_t)(i % partitions), 0, value, size, NULL, 0, NULL) == -1) {
+        while (rd_kafka_produce(topic, (int32_t)(i % partitions), 0, value, size, NULL, 0, (void *)(intptr_t)i) == -1) {
             if (rd_kafka_last_error() != RD_KAFKA_RESP_ERR__QUEUE_FULL) {
                 fprintf(stderr, "cproduce: %s\n", rd_kafka_err2str(rd_kafka_last_error()));
                 return 2;
             }
             rd_kafka_poll(rk, 10);
         }
+        queued_at[i] = now();
         if (i % 1000 == 0)
             rd_kafka_poll(rk, 0);
     }
     rd_kafka_flush(rk, 120000);
-    printf("%lld %.6f\n", acknowledged, now() - start);
+    double seconds = now() - start;
+    qsort(latencies, (size_t)acknowledged, sizeof(double), ascending);
+    printf("%lld %.6f %.6f %.6f\n", acknowledged, seconds, quantile(0.5), quantile(0.99));
     free(value);
+    free(queued_at);
+    free(latencies);
     rd_kafka_topic_destroy(topic);
     rd_kafka_destroy(rk);
     return acknowledged < count;

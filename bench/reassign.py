@@ -91,7 +91,8 @@ def _wait(admin: AdminClient, replicas: set[int], isr: set[int]) -> float:
     return time.perf_counter() - start
 
 
-def _metric(running: LocalCluster, node: int, name: str) -> float:
+def metric(running: LocalCluster, node: int, name: str) -> float:
+    """The sum of the samples called ``name`` (every label) in node ``node``'s ``/metrics``."""
     with urllib.request.urlopen(running.plan.nodes[node - 1].http_url + "/metrics", timeout=30) as r:
         text = r.read().decode()
     return sum(s.value for f in text_string_to_metric_families(text) for s in f.samples if s.name == name)
@@ -147,7 +148,7 @@ def _round(running: LocalCluster, admin: AdminClient, latency: Producer, megabyt
     _wait(admin, {1, 2}, set())
     _write(bootstrap, megabytes)
     steady = sends(latency, TOPIC, 1, time.perf_counter() + steady_s)
-    moved = _metric(running, 3, MOVED)
+    moved = metric(running, 3, MOVED)
     done, failed, took = threading.Event(), [], []
 
     def move_in() -> None:
@@ -165,7 +166,7 @@ def _round(running: LocalCluster, admin: AdminClient, latency: Producer, megabyt
     mover.join()
     if failed:
         raise failed[0]
-    return took[0], _metric(running, 3, MOVED) - moved, steady, during
+    return took[0], metric(running, 3, MOVED) - moved, steady, during
 
 
 def run(*, quick: bool, repeat: int) -> list[Row]:

@@ -55,21 +55,32 @@ def restart(running: LocalCluster, node: Node) -> tuple[float, float, float]:
     if process.proc.wait(STOP_TIMEOUT_S) != 0:
         raise RuntimeError(f"node {node.node_id} exited with {process.proc.returncode} (log {process.log})")
     exited = time.perf_counter()
+    started, caught_up = relaunch(running, node)
+    return exited - start, started, caught_up
+
+
+def relaunch(running: LocalCluster, node: Node) -> tuple[float, float]:
+    """Start ``node`` of ``running``, whose process has exited, again with the same command and data dir (the new
+    process takes the old one's place in ``running``, which stops it by PID at the end); the seconds from its start
+    to its ``/healthz`` 200 and from then to its ``/readyz`` 200 (back in every ISR), each at most :data:`READY_S`."""
+    process = next(p for p in running.processes if p.name == f"node{node.node_id}")
+    begin = time.perf_counter()
     with open(process.log, "ab") as out:
         process.proc = subprocess.Popen(process.proc.args, stdout=out, stderr=subprocess.STDOUT,
                                         stdin=subprocess.DEVNULL, start_new_session=True)
-    marks = []
+    marks = [begin]
     for probe in ("/healthz", "/readyz"):
-        while not _ok(node.http_url + probe):
-            if process.proc.poll() is not None or time.perf_counter() - exited > READY_S:
+        while not http_ok(node.http_url + probe):
+            if process.proc.poll() is not None or time.perf_counter() - begin > READY_S:
                 raise RuntimeError(f"node {node.node_id}: {probe} not 200 within {READY_S:g} s of its restart (log "
                                    f"{process.log})")
             time.sleep(0.05)
         marks.append(time.perf_counter())
-    return exited - start, marks[0] - exited, marks[1] - marks[0]
+    return marks[1] - marks[0], marks[2] - marks[1]
 
 
-def _ok(url: str) -> bool:
+def http_ok(url: str) -> bool:
+    """Whether ``url`` answers 200 within 5 s."""
     try:
         with urllib.request.urlopen(url, timeout=5) as r:
             return bool(r.status == 200)

@@ -38,7 +38,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -215,14 +215,16 @@ def _get_ok(url: str) -> bool:
 
 class LocalCluster:
     """The processes of :class:`Plan` with their data under ``root`` (``etcd/<member>``, ``node<id>``, and each
-    process's log in ``logs/``; ``node_args``: more flags of every node). :meth:`start` returns once every member is
-    healthy and every node is ready and lists every node; :meth:`stop` stops every process started, by PID, and is
-    safe to call at any point."""
+    process's log in ``logs/``; ``node_args``: more flags of every node, ``each_node``: more flags of the node of that
+    id, after them). :meth:`start` returns once every member is healthy and every node is ready and lists every node;
+    :meth:`stop` stops every process started, by PID, and is safe to call at any point."""
 
-    def __init__(self, layout: Plan, root: Path, node_args: tuple[str, ...] = ()) -> None:
+    def __init__(self, layout: Plan, root: Path, node_args: tuple[str, ...] = (),
+                 each_node: Mapping[int, tuple[str, ...]] | None = None) -> None:
         self.plan = layout
         self.root = root
         self.node_args = node_args
+        self.each_node = dict(each_node or {})
         self.processes: list[_Process] = []
 
     def node_dir(self, node: Node) -> Path:
@@ -261,7 +263,8 @@ class LocalCluster:
                 sys.executable, "-m", "walgate.gateway.cli", "serve", "--data-dir", str(self.node_dir(n)),
                 "--host", n.host, "--kafka-port", str(n.kafka_port), "--http-port", str(n.http_port),
                 "--node-id", str(n.node_id), "--cluster", f"etcd={self.plan.etcd_spec}",
-                "--override", f"offsets.topic.num.partitions={COORDINATOR_PARTITIONS}", *self.node_args])
+                "--override", f"offsets.topic.num.partitions={COORDINATOR_PARTITIONS}", *self.node_args,
+                *self.each_node.get(n.node_id, ())])
         self._wait([f"{n.http_url}/readyz" for n in self.plan.nodes], "nodes ready")
         self._wait([n.http_url for n in self.plan.nodes], "listing every node as ready", self._sees_all)
 
