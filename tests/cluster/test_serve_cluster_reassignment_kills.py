@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -102,55 +103,39 @@ def moved_off_node_3(nodes: list[WalgateServer], writer: Writer) -> None:
 
 def test_a_move_survives_the_kill_9_of_the_controller_and_of_its_adding_replica(etcd1: EtcdCluster,
                                                                                tmp_path: Path) -> None:
-    history: list[Op] = []
-    with ExitStack() as stack:
-        nodes = topic_in_sync(stack, etcd1, tmp_path)
-        reader, writer = Reader(bootstrap(nodes), history), Writer(bootstrap(nodes), history)
-        reader.start()
-        writer.start()
-        try:
-            moved_off_node_3(nodes, writer)
-
-            os.kill(nodes[2].proc.pid, signal.SIGSTOP)  # (registered for its session: the target is valid)
-            stack.callback(lambda: nodes[2].proc.poll() is None and os.kill(nodes[2].proc.pid, signal.SIGCONT))
-            assert move(nodes[1].kafka_port, [3, 1, 2]) == ErrorCode.none
-            eventually("the move listed", lambda: states(nodes[0].kafka_port) == {0: ([3, 1, 2], [3], [])})
-            killed_and_started_again(stack, etcd1, tmp_path, nodes, {3, controller(nodes)})
-            eventually("the move completed", lambda: described(nodes[0], TOPIC)[0][1:] == ([3, 1, 2], [1, 2, 3])
-                       and states(nodes[1].kafka_port) == {})
-            acked = writer.acked()
-            eventually("values acknowledged after the move", lambda: writer.acked() > acked + 20)
-        finally:
-            writer.stop()
-            reader.stop(writer.acked())
-        checked(history, writer, nodes)
-        for server in nodes:
-            no_traceback(server)
-        identical_replicas(stack, nodes, tmp_path / "replicas")
+    """The move back to 3, 1, 2 (adding paused node 3): node 3 and the controller killed -9 while it waits."""
+    moved_under_kills(etcd1, tmp_path, [3, 1, 2], ([3], []), lambda nodes: {3, controller(nodes)}, [1, 2, 3])
 
 
 def test_a_move_survives_the_kill_9_of_its_source_replica_and_of_the_controller(etcd1: EtcdCluster,
                                                                                 tmp_path: Path) -> None:
-    """Partition 0 moved off node 3 (at once), written to, then node 3 paused and the move to 3, 2 written (adding
-    3, removing 1: the source, its preferred leader): node 1 and the controller are killed -9 while the move waits for
-    node 3 and started again; node 3 resumed, the move completes (replicas 3, 2, both in sync, nothing moving), node
-    1 deletes its copy, and every acknowledged write is kept, every replica identical."""
+    """The move to 3, 2 (adding paused node 3, removing node 1: the source, its preferred leader): node 1 and the
+    controller killed -9 while it waits; node 1 deletes its copy once the move completed."""
+    moved_under_kills(etcd1, tmp_path, [3, 2], ([3], [1]), lambda nodes: {1, controller(nodes)} - {3}, [2, 3])
+
+
+def moved_under_kills(etcd: EtcdCluster, tmp_path: Path, target: list[int], moving: tuple[list[int], list[int]],
+                      dead: Callable[[list[WalgateServer]], set[int]], isr: list[int]) -> None:
+    """Partition 0 moved off node 3 under load (:func:`moved_off_node_3`), node 3 paused, the move to ``target``
+    written and listed as ``moving`` (adding, removing); the nodes ``dead(nodes)`` killed -9 and started again, node
+    3 resumed; the move completes (``target`` led with ``isr`` in sync, nothing listed), a replica it removed deletes
+    its copy, the history checks, every replica is identical."""
     history: list[Op] = []
     with ExitStack() as stack:
-        nodes = topic_in_sync(stack, etcd1, tmp_path)
+        nodes = topic_in_sync(stack, etcd, tmp_path)
         reader, writer = Reader(bootstrap(nodes), history), Writer(bootstrap(nodes), history)
         reader.start()
         writer.start()
         try:
             moved_off_node_3(nodes, writer)
-
-            os.kill(nodes[2].proc.pid, signal.SIGSTOP)
+            os.kill(nodes[2].proc.pid, signal.SIGSTOP)  # (registered for its session: the target is valid)
             stack.callback(lambda: nodes[2].proc.poll() is None and os.kill(nodes[2].proc.pid, signal.SIGCONT))
-            assert move(nodes[1].kafka_port, [3, 2]) == ErrorCode.none
-            eventually("the move listed", lambda: states(nodes[1].kafka_port).get(0, ([], [], []))[1:] == ([3], [1]))
-            killed_and_started_again(stack, etcd1, tmp_path, nodes, {1, controller(nodes)} - {3})
-            os.kill(nodes[2].proc.pid, signal.SIGCONT)
-            eventually("the move completed", lambda: described(nodes[0], TOPIC)[0][1:] == ([3, 2], [2, 3])
+            assert move(nodes[1].kafka_port, target) == ErrorCode.none
+            eventually("the move listed", lambda: states(nodes[1].kafka_port).get(0, ([], [], []))[1:] == moving)
+            killed_and_started_again(stack, etcd, tmp_path, nodes, dead(nodes))
+            if nodes[2].proc.poll() is None:  # (not killed and started again)
+                os.kill(nodes[2].proc.pid, signal.SIGCONT)
+            eventually("the move completed", lambda: described(nodes[0], TOPIC)[0][1:] == (target, isr)
                        and states(nodes[1].kafka_port) == {})
             acked = writer.acked()
             eventually("values acknowledged after the move", lambda: writer.acked() > acked + 20)
@@ -160,8 +145,9 @@ def test_a_move_survives_the_kill_9_of_its_source_replica_and_of_the_controller(
         checked(history, writer, nodes)
         database_id = next(r["db_id"] for r in catalog_records(nodes[0])
                            if r.get("op") == "create_kafka_topic" and r["name"] == TOPIC)
-        eventually("node 1's copy of partition 0 deleted",
-                   lambda: not (nodes[0].data_dir / "db" / database_id / "vnode0").exists())
+        for n in sorted(set(range(1, 4)) - set(target)):
+            eventually(f"node {n}'s copy of partition 0 deleted",
+                       lambda n=n: not (nodes[n - 1].data_dir / "db" / database_id / "vnode0").exists())
         for server in nodes:
             no_traceback(server)
         identical_replicas(stack, nodes, tmp_path / "replicas")
