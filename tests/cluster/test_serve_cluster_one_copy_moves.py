@@ -11,6 +11,8 @@ etcd (stopped by PID), ``__consumer_offsets`` on node 1 alone.
 * ``walgate cluster decommission N --wait`` (``DROP DNODE N``) of a node holding vgroups of a ``REPLICA 1`` database
   moves them, and the other one-copy vgroups it holds, off it (on main it was refused: "has one copy ... its data
   cannot move"); every row is still counted through every node.
+* The decommissioned node stopped and a node 4 started, ``walgate cluster rebalance --wait`` (``BALANCE VGROUP``)
+  moves one-copy vgroups onto node 4; every row is still counted through every node.
 
 No node logged a traceback.
 
@@ -24,20 +26,21 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 from contextlib import ExitStack
 from pathlib import Path
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import NewTopic
 from etcd_cluster import EtcdCluster
-from serve_support import create_topics, eventually, no_traceback, sql
+from serve_support import create_topics, eventually, no_traceback, node, sql
 from test_serve_cluster_moves import move
 from test_serve_cluster_reassignment_kills import controller, killed_and_started_again
 from test_serve_cluster_reassignments import states
 from test_serve_cluster_rebalance import OFFSETS_ONE_COPY, decommission
-from test_serve_cluster_replicated_topics import bootstrap, described, three_nodes
+from test_serve_cluster_replicated_topics import ARGS, bootstrap, described, three_nodes
 
-from livewalgate import WalgateServer
+from livewalgate import WALGATE, WalgateServer, stop_process, walgate_env
 from walgate.wire.errors import ErrorCode
 
 SOLO = "solo"
@@ -49,7 +52,12 @@ def test_one_copy_partitions_and_vgroups_move(etcd1: EtcdCluster, tmp_path: Path
         nodes = three_nodes(stack, etcd1, tmp_path, *OFFSETS_ONE_COPY)
         topic_partition_moved(nodes)
         vgroup_redistributed(nodes)
-        node_decommissioned(nodes)
+        gone = node_decommissioned(nodes)
+        for server in nodes:
+            no_traceback(server)
+        stop_process(nodes[gone - 1].proc)  # (the operator stops it once it holds nothing)
+        nodes[gone - 1] = stack.enter_context(node(etcd1, tmp_path, 4, *ARGS, *OFFSETS_ONE_COPY))
+        balanced_onto_a_new_node(nodes)
         for server in nodes:
             no_traceback(server)
 
@@ -162,7 +170,7 @@ def vgroup_redistributed(nodes: list[WalgateServer]) -> None:
         assert sql(server, "SELECT COUNT(*), SUM(v) FROM s.st") == [[150, 4950 + 435 + 190]]
 
 
-def node_decommissioned(nodes: list[WalgateServer]) -> None:
+def node_decommissioned(nodes: list[WalgateServer]) -> int:
     n1 = nodes[0]
     sql(n1, "CREATE DATABASE d VGROUPS 4 REPLICA 1")
     sql(n1, "CREATE STABLE d.st (ts TIMESTAMP, v BIGINT) TAGS (k INT)")
@@ -178,6 +186,25 @@ def node_decommissioned(nodes: list[WalgateServer]) -> None:
     assert (report["statement"], report["vgroups_moving"], report["done"]) == (f"DROP DNODE {gone}", moved, True)
     for topic in ("dti", "sti", SOLO):
         assert all(gone not in p[1] and len(p[1]) == 1 and p[2] == p[1] for p in described(n1, topic).values())
+    for server in nodes:
+        assert sql(server, "SELECT COUNT(*), SUM(v) FROM d.st") == [[80, 8 * 45]]
+    return gone
+
+
+def balanced_onto_a_new_node(nodes: list[WalgateServer]) -> None:
+    """Node 4 joins (in place of the decommissioned node): ``walgate cluster rebalance --wait`` (TDengine's BALANCE
+    VGROUP) moves one-copy vgroups onto it until no two nodes' counts differ by more than one; every row is still
+    counted through every node, node 4's included."""
+    n1 = nodes[0]
+    eventually("node 4 ready", lambda: [4, "ready"] in [[r[0], r[2]] for r in sql(n1, "SHOW DNODES")])
+    balanced = subprocess.run([*WALGATE, "cluster", "rebalance", "--wait", "--wait-timeout", "90", "--json",
+                               "--url", n1.http_url], check=False, capture_output=True, text=True, timeout=120,
+                              env=walgate_env())
+    assert balanced.returncode == 0, balanced.stderr
+    assert json.loads(balanced.stdout)["vgroups_moving"] >= 1
+    placed = described(n1, "dti")
+    assert any(p[1] == [4] and p[2] == [4] for p in placed.values()), placed
+    assert all(len(p[1]) == 1 for p in placed.values()), "each vgroup still one copy"
     for server in nodes:
         assert sql(server, "SELECT COUNT(*), SUM(v) FROM d.st") == [[80, 8 * 45]]
 
