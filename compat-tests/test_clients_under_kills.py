@@ -41,40 +41,42 @@ whole again (as an operator's rolling restart waits for no under-replicated part
    the last commit and may read records again. So: every acknowledged record read at least once, none read that was
    not sent, per partition in offset order between two assignment events (the history's checker, an
    :class:`~history.Assign` at each), and, after the stop, the group's committed offsets are the partitions' ends.
-5. A transactional producer (confluent-kafka, clients/ck_txn_produce.py, ``transactional.id`` fixed) runs again and
-   again on records of its own, :data:`PER_TRANSACTION` records a transaction, every :data:`ABORT_EVERY`-th aborted
-   on purpose once its records were delivered; the kills start once it has committed. Its coordinator is the leader
-   of the id's ``__consumer_offsets`` partition (replicated: it fails over with its node); it handles errors as
-   librdkafka's documentation says (retriable: the call again; abortable: abort_transaction and on; fatal: a new
-   producer of the same id). Each transaction is one history Send (committed ``ok``, aborted ``fail``, neither
-   ``info``); after the round one more ``init_transactions`` of the id aborts whatever a run left open, and then a
-   read_committed read of every partition holds every record of every committed transaction exactly once, in the
+5. A transactional producer (confluent-kafka, clients/ck_txn_produce.py; the Java producer on kafka-clients 4.3.0,
+   java/TransactionalLoop.java: one scenario each, its ``transactional.id`` fixed) runs again and again on records of
+   its own, :data:`PER_TRANSACTION` records a transaction, every :data:`ABORT_EVERY`-th aborted on purpose once its
+   records were delivered; the kills start once it has committed. Its coordinator is the leader of the id's
+   ``__consumer_offsets`` partition (replicated: it fails over with its node); it handles errors as its client's
+   documentation says (librdkafka: retriable, the call again; abortable, abort_transaction and on; fatal, a new producer
+   of the same id. KafkaProducer's javadoc, KIP-1050: a TimeoutException of commit / abort, the call again;
+   ProducerFencedException, OutOfOrderSequenceException and the other fatal ones, a new producer; any other
+   KafkaException, abortTransaction and on). Each transaction is one history Send (committed ``ok``, aborted ``fail``,
+   neither ``info``); after the round one more ``init_transactions`` of the id aborts whatever a run left open, and then
+   a read_committed read of every partition holds every record of every committed transaction exactly once, in the
    producer's order, no record of an aborted one (the checker: lost-write, duplicate, aborted-read, poll order); a
-   read_uncommitted read holds the committed ones the same way and every delivered record of the aborts on purpose;
-   some run committed while each node was down.
+   read_uncommitted read holds the committed ones the same way and every delivered record of the aborts on purpose; some
+   run committed while each node was down.
 
-Not here yet: a Java transactional producer (java/TransactionalProducer.java runs fixed steps, not a loop), KIP-848
-group members of the other clients (confluent-kafka's ``--protocol consumer``), and the PySpark job (tests/pipeline,
-``WALGATE_SPARK_KAFKA_JARS``).
+Not here yet: KIP-848 group members of the other clients (confluent-kafka's ``--protocol consumer``), transactional
+producers of the other clients, and the PySpark job (tests/pipeline, ``WALGATE_SPARK_KAFKA_JARS``).
 
-CI runs one kill round per scenario (21-45 s each, measured on a loaded 2-core machine; the group members' rounds
-26-39 s each, the transactional producer's 31-50 s with the cluster's start); ``WALGATE_COMPAT_LONG=1`` runs
+CI runs one kill round per scenario (21-45 s each, measured on a loaded 2-core machine; the group members' rounds 26-39
+s each, the transactional producers' 25-33 s each, without the cluster's start, 5-10 s); ``WALGATE_COMPAT_LONG=1`` runs
 :data:`ROUNDS` = 3 (66-78 s each) and the Java producer. Found by the kafka-python+aiokafka round, fixed: a coordinator
-loading its replicated partition answered Heartbeat COORDINATOR_LOAD_IN_PROGRESS, which aiokafka takes for an
-unexpected error failing its consumer; Kafka answers NONE (walgate/gateway/kafka/handlers/heartbeat.py,
+loading its replicated partition answered Heartbeat COORDINATOR_LOAD_IN_PROGRESS, which aiokafka takes for an unexpected
+error failing its consumer; Kafka answers NONE (walgate/gateway/kafka/handlers/heartbeat.py,
 tests/gateway/test_heartbeat_while_loading.py). Seen in the transactional producer's runs (handled as abortable, the
 transaction aborted and the next committed): a partition leader's INVALID_PRODUCER_ID_MAPPING from its transaction
 verification, and OUT_OF_ORDER_SEQUENCE_NUMBER, each once in a run after a node's restart; and, in one run of ten, no
 transaction committed for 9 s after the coordinator's node was killed. Seen while adding the group members: kafkajs's
-admin ``fetchOffsets`` gives up on a new coordinator's COORDINATOR_LOAD_IN_PROGRESS
-(retriable) instead of retrying (node/kjs_group.js asks again), and in one run of three kafkajs rejoined four times and
-read 6 records twice (at least once, as above). Findings of the runs of 2026-11-30, fixed: the Java producer's endless
-OUT_OF_ORDER_SEQUENCE_NUMBER (a retry older than the five batches a producer's state keeps is looked up,
-docs/cluster.md), and a record the confluent-kafka producer stored twice, which an assigned consumer read twice (1001
-read, 1000 distinct): a node taking a partition's lead on refused a client's first in-flight batch
-(NOT_LEADER_OR_FOLLOWER) and served the next once it led, so librdkafka bumped its producer epoch (KIP-360) on an
-OUT_OF_ORDER_SEQUENCE_NUMBER and sent a batch the old leader had appended again; it now holds the Produce until it leads
-(walgate/gateway/kafka/handlers/produce.py, tests/gateway/test_replicated_topics.py).
+admin ``fetchOffsets`` gives up on a new coordinator's COORDINATOR_LOAD_IN_PROGRESS (retriable) instead of retrying
+(node/kjs_group.js asks again), and in one run of three kafkajs rejoined four times and read 6 records twice (at least
+once, as above). Findings of the runs of 2026-11-30, fixed: the Java producer's endless OUT_OF_ORDER_SEQUENCE_NUMBER (a
+retry older than the five batches a producer's state keeps is looked up, docs/cluster.md), and a record the
+confluent-kafka producer stored twice, which an assigned consumer read twice (1001 read, 1000 distinct): a node taking a
+partition's lead on refused a client's first in-flight batch (NOT_LEADER_OR_FOLLOWER) and served the next once it led,
+so librdkafka bumped its producer epoch (KIP-360) on an OUT_OF_ORDER_SEQUENCE_NUMBER and sent a batch the old leader had
+appended again; it now holds the Produce until it leads (walgate/gateway/kafka/handlers/produce.py,
+tests/gateway/test_replicated_topics.py).
 """
 
 from __future__ import annotations
@@ -607,7 +609,6 @@ def test_group_members_read_every_record_in_order_while_each_node_is_killed(node
 # ------------------------------------------------------------------ 5. a transactional producer
 
 
-TRANSACTIONAL_ID = "kills-txn"
 PER_TRANSACTION, ABORT_EVERY = 10, 4  # records in a transaction; every 4th transaction aborted on purpose
 TXN_RUN = 100  # records of one transactional producer run: 10 transactions, ~3 s paced
 
@@ -663,25 +664,36 @@ def in_index_order(reads: list[Op]) -> list[str]:
     return bad
 
 
-def test_transactions_commit_exactly_once_while_each_node_is_killed(nodes):
-    topic = rf3_topic(nodes, "kills-txn")
+@pytest.fixture(params=["confluent-kafka", "java-4.3"])
+def transactional(request: pytest.FixtureRequest, java_argv: Callable[..., list[str]]) -> Client:
+    """A transactional producer program (``argv(bootstrap, topic, first)``; its transactional id and topic:
+    ``kills-txn-<client name>``): clients/ck_txn_produce.py or java/TransactionalLoop.java."""
+    name = request.param
+    rest = lambda first: [f"kills-txn-{name}", str(TXN_RUN), "--first", str(first), "--per-transaction",  # noqa: E731
+                          str(PER_TRANSACTION), "--abort-every", str(ABORT_EVERY), "--partitions", str(PARTITIONS),
+                          "--pace-ms", str(PACE_MS // 2), "--timeout", str(RUN_TIMEOUT_S - 20)]
+    if name == "confluent-kafka":
+        return Client(name, lambda b, t, first: [sys.executable, str(COMPAT / "clients" / "ck_txn_produce.py"), b, t,
+                                                 *rest(first)])
+    return Client(name, lambda b, t, first: java_argv("TransactionalLoop.java", b, t, *rest(first)))
+
+
+def test_transactions_commit_exactly_once_while_each_node_is_killed(nodes, transactional):
+    tid = topic = rf3_topic(nodes, f"kills-txn-{transactional.name}")
     done = Transactions()
     first = itertools.count(1)
 
     def transacting(stop: threading.Event) -> None:
         while not stop.is_set():
             started = time.monotonic()
-            done.add(run([sys.executable, str(COMPAT / "clients" / "ck_txn_produce.py"), nodes.bootstrap(), topic,
-                          TRANSACTIONAL_ID, str(TXN_RUN), "--first", str(next(first) * 10**6),
-                          "--per-transaction", str(PER_TRANSACTION), "--abort-every", str(ABORT_EVERY),
-                          "--partitions", str(PARTITIONS), "--pace-ms", str(PACE_MS // 2),
-                          "--timeout", str(RUN_TIMEOUT_S - 20)], RUN_TIMEOUT_S, check=False), started)
+            done.add(run(transactional.argv(nodes.bootstrap(), topic, next(first) * 10**6), RUN_TIMEOUT_S,
+                         check=False), started)
 
     faults = under_kills(nodes, topic, [transacting], lambda: any(committed for _, _, committed in done.runs))
-    coordinated_by = coordinator(nodes, TRANSACTIONAL_ID)
+    coordinated_by = coordinator(nodes, tid)
     # a transactional producer of the same id initialised once more: whatever a run left open is aborted
     fence = run([sys.executable, str(COMPAT / "clients" / "ck_produce.py"), nodes.bootstrap(), topic, CODEC, "0",
-                 "--transactional-id", TRANSACTIONAL_ID], RUN_TIMEOUT_S, check=False)
+                 "--transactional-id", tid], RUN_TIMEOUT_S, check=False)
     assert fence.events("transactions") and fence.events("transactions")[0]["ok"], fence.describe()
     assert done.errors == [], f"{done.errors[:5]}; the faults: {faults}"
     outcomes = Counter(s.outcome for s in done.sends)

@@ -30,7 +30,8 @@ def unasked(*args: Any) -> Any:
 
 
 async def answer(coordinators: Coordinators) -> int:
-    broker: Any = SimpleNamespace(authorizer=None, coordinators=coordinators, groups=SimpleNamespace(groups=None, run=unasked))
+    groups = SimpleNamespace(groups=None, run=unasked)
+    broker: Any = SimpleNamespace(authorizer=None, coordinators=coordinators, groups=groups)
     request: Any = {"group_id": "g", "generation_id": 3, "member_id": "m-1", "group_instance_id": None}
     response = await heartbeat.handle(broker, SimpleNamespace(), SimpleNamespace(**request))  # type: ignore[arg-type]
     return int(response["error_code"])
