@@ -66,17 +66,19 @@ loading its replicated partition answered Heartbeat COORDINATOR_LOAD_IN_PROGRESS
 error failing its consumer; Kafka answers NONE (walgate/gateway/kafka/handlers/heartbeat.py,
 tests/gateway/test_heartbeat_while_loading.py). Seen in the transactional producer's runs (handled as abortable, the
 transaction aborted and the next committed): a partition leader's INVALID_PRODUCER_ID_MAPPING from its transaction
-verification, and OUT_OF_ORDER_SEQUENCE_NUMBER, each once in a run after a node's restart; and, in one run of ten, no
-transaction committed for 9 s after the coordinator's node was killed. Seen while adding the group members: kafkajs's
-admin ``fetchOffsets`` gives up on a new coordinator's COORDINATOR_LOAD_IN_PROGRESS (retriable) instead of retrying
-(node/kjs_group.js asks again), and in one run of three kafkajs rejoined four times and read 6 records twice (at least
-once, as above). Findings of the runs of 2026-11-30, fixed: the Java producer's endless OUT_OF_ORDER_SEQUENCE_NUMBER (a
-retry older than the five batches a producer's state keeps is looked up, docs/cluster.md), and a record the
-confluent-kafka producer stored twice, which an assigned consumer read twice (1001 read, 1000 distinct): a node taking a
-partition's lead on refused a client's first in-flight batch (NOT_LEADER_OR_FOLLOWER) and served the next once it led,
-so librdkafka bumped its producer epoch (KIP-360) on an OUT_OF_ORDER_SEQUENCE_NUMBER and sent a batch the old leader had
-appended again; it now holds the Produce until it leads (walgate/gateway/kafka/handlers/produce.py,
-tests/gateway/test_replicated_topics.py).
+verification (a coordinator still loading its partition verified against a state that did not know the id yet, the
+likely cause: it now answers COORDINATOR_LOAD_IN_PROGRESS, Produce NOT_ENOUGH_REPLICAS,
+tests/gateway/test_txn_verify_while_loading.py), and OUT_OF_ORDER_SEQUENCE_NUMBER, each once in a run after a node's
+restart; and, in one run of ten, no transaction committed for 9 s after the coordinator's node was killed. Seen while
+adding the group members: kafkajs's admin ``fetchOffsets`` gives up on a new coordinator's COORDINATOR_LOAD_IN_PROGRESS
+(retriable) instead of retrying (node/kjs_group.js asks again), and in one run of three kafkajs rejoined four times and
+read 6 records twice (at least once, as above). Findings of the runs of 2026-11-30, fixed: the Java producer's endless
+OUT_OF_ORDER_SEQUENCE_NUMBER (a retry older than the five batches a producer's state keeps is looked up,
+docs/cluster.md), and a record the confluent-kafka producer stored twice, which an assigned consumer read twice (1001
+read, 1000 distinct): a node taking a partition's lead on refused a client's first in-flight batch
+(NOT_LEADER_OR_FOLLOWER) and served the next once it led, so librdkafka bumped its producer epoch (KIP-360) on an
+OUT_OF_ORDER_SEQUENCE_NUMBER and sent a batch the old leader had appended again; it now holds the Produce until it leads
+(walgate/gateway/kafka/handlers/produce.py, tests/gateway/test_replicated_topics.py).
 """
 
 from __future__ import annotations
