@@ -28,22 +28,48 @@ whole again (as an operator's rolling restart waits for no under-replicated part
    round: every run's output equals the input.
 
 4. Group members committing offsets (confluent-kafka's classic protocol, clients/ck_group.py; kafkajs,
-   node/kjs_group.js), each alone in a group of its own, subscribed to a topic holding :data:`PREFILL` records
-   while a confluent-kafka producer keeps writing through the round; each commits its positions every
-   :data:`COMMIT_EVERY` records (``--commit-every``), on a revoke and when SIGTERM stops it, through the group
-   coordinator, the leader of ``__consumer_offsets`` (replicated: it fails over with its node). The guarantee is
+   node/kjs_group.js; kafka-python, clients/kp_group.py; aiokafka, clients/aio_group.py; the Java consumer on
+   kafka-clients 4.3.0, java/GroupMember.java, with the classic protocol and with KIP-848's
+   ``group.protocol=consumer``), each alone in a group of its own, subscribed to a topic holding :data:`PREFILL`
+   records while a confluent-kafka producer keeps writing through the round; two clients a round (:data:`GROUPS`,
+   one parametrized scenario each: a client program takes ~10 s to start on a loaded machine). Each commits its
+   positions every :data:`COMMIT_EVERY` records (``--commit-every``), on a revoke (kafka-python: its coordinator's
+   commit before a rebalance) and when SIGTERM stops it, through the group coordinator, the leader of
+   ``__consumer_offsets`` (replicated: it fails over with its node). The guarantee is
    Kafka's for a committed consumer, at least once: a member that rejoins (a rebalance, a coordinator that lost it,
    kafkajs restarting its consumer after its retries to a killed node ran out: a ``restart`` event) reads on from
    the last commit and may read records again. So: every acknowledged record read at least once, none read that was
    not sent, per partition in offset order between two assignment events (the history's checker, an
    :class:`~history.Assign` at each), and, after the stop, the group's committed offsets are the partitions' ends.
+5. A transactional producer (confluent-kafka, clients/ck_txn_produce.py; the Java producer on kafka-clients 4.3.0,
+   java/TransactionalLoop.java: one scenario each, its ``transactional.id`` fixed) runs again and again on records of
+   its own, :data:`PER_TRANSACTION` records a transaction, every :data:`ABORT_EVERY`-th aborted on purpose once its
+   records were delivered; the kills start once it has committed. Its coordinator is the leader of the id's
+   ``__consumer_offsets`` partition (replicated: it fails over with its node); it handles errors as its client's
+   documentation says (librdkafka: retriable, the call again; abortable, abort_transaction and on; fatal, a new producer
+   of the same id. KafkaProducer's javadoc, KIP-1050: a TimeoutException of commit / abort, the call again;
+   ProducerFencedException, OutOfOrderSequenceException and the other fatal ones, a new producer; any other
+   KafkaException, abortTransaction and on). Each transaction is one history Send (committed ``ok``, aborted ``fail``,
+   neither ``info``); after the round one more ``init_transactions`` of the id aborts whatever a run left open, and then
+   a read_committed read of every partition holds every record of every committed transaction exactly once, in the
+   producer's order, no record of an aborted one (the checker: lost-write, duplicate, aborted-read, poll order); a
+   read_uncommitted read holds the committed ones the same way and every delivered record of the aborts on purpose; some
+   run committed while each node was down.
 
-Not here yet: a transactional producer (a program that sends in transactions through the kills, read
-read_committed), the other clients' group members (kafka-python, aiokafka, Java, KIP-848's protocol), and the
-PySpark job (tests/pipeline, ``WALGATE_SPARK_KAFKA_JARS``).
+Not here yet: KIP-848 group members of the other clients (confluent-kafka's ``--protocol consumer``), transactional
+producers of the other clients, and the PySpark job (tests/pipeline, ``WALGATE_SPARK_KAFKA_JARS``).
 
-CI runs one kill round per scenario (21-45 s each, measured on a loaded 2-core machine; the group members' 35-40 s with
-the cluster's start); ``WALGATE_COMPAT_LONG=1`` runs :data:`ROUNDS` = 3 (66-78 s each) and the Java producer. Seen while
+CI runs one kill round per scenario (21-45 s each, measured on a loaded 2-core machine; the group members' rounds 26-39
+s each, the transactional producers' 25-33 s each, without the cluster's start, 5-10 s); ``WALGATE_COMPAT_LONG=1`` runs
+:data:`ROUNDS` = 3 (66-78 s each) and the Java producer. Found by the kafka-python+aiokafka round, fixed: a coordinator
+loading its replicated partition answered Heartbeat COORDINATOR_LOAD_IN_PROGRESS, which aiokafka takes for an unexpected
+error failing its consumer; Kafka answers NONE (walgate/gateway/kafka/handlers/heartbeat.py,
+tests/gateway/test_heartbeat_while_loading.py). Seen in the transactional producer's runs (handled as abortable, the
+transaction aborted and the next committed): a partition leader's INVALID_PRODUCER_ID_MAPPING from its transaction
+verification (a coordinator still loading its partition verified against a state that did not know the id yet, the
+likely cause: it now answers COORDINATOR_LOAD_IN_PROGRESS, Produce NOT_ENOUGH_REPLICAS,
+tests/gateway/test_txn_verify_while_loading.py), and OUT_OF_ORDER_SEQUENCE_NUMBER, each once in a run after a node's
+restart; and, in one run of ten, no transaction committed for 9 s after the coordinator's node was killed. Seen while
 adding the group members: kafkajs's admin ``fetchOffsets`` gives up on a new coordinator's COORDINATOR_LOAD_IN_PROGRESS
 (retriable) instead of retrying (node/kjs_group.js asks again), and in one run of three kafkajs rejoined four times and
 read 6 records twice (at least once, as above). Findings of the runs of 2026-11-30, fixed: the Java producer's endless
@@ -78,9 +104,10 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 sys.path[:0] = [str(Path(__file__).parents[1] / "tests" / d) for d in ("cluster", "jepsen")]
 from etcd_cluster import etcd_cluster  # noqa: E402
-from history import Assign, FinalRead, Op, Poll, Send, Write, check  # noqa: E402
+from history import Assign, FinalRead, Op, Outcome, Poll, Send, Write, check  # noqa: E402
 from replicated_workload import Nodes, ready_nodes, wait_until  # noqa: E402
 from serve_support import readyz  # noqa: E402
+from test_replicated_txn_coordinator import coordinator  # noqa: E402
 
 PARTITIONS = 3
 NODES = (1, 2, 3)
@@ -162,9 +189,10 @@ def kill_round(nodes: Nodes, topic: str, faults: Faults) -> None:
         faults.downs.append((node_id, killed, time.monotonic()))
 
 
-def under_kills(nodes: Nodes, topic: str, works: list[Callable[[threading.Event], None]]) -> Faults:
+def under_kills(nodes: Nodes, topic: str, works: list[Callable[[threading.Event], None]],
+                started: Callable[[], bool] | None = None) -> Faults:
     """Each ``work(stop)`` run by a thread of its own while ROUNDS kill rounds go over the nodes (``stop`` is set
-    after the last); the faults."""
+    after the last; the first kill once ``started()`` holds, when given); the faults."""
     stop = threading.Event()
     failures: list[BaseException] = []
 
@@ -179,6 +207,8 @@ def under_kills(nodes: Nodes, topic: str, works: list[Callable[[threading.Event]
         t.start()
     faults = Faults()
     try:
+        if started is not None:
+            wait_until("the clients at work before the first kill", lambda: bool(failures) or started())
         for _ in range(ROUNDS):
             kill_round(nodes, topic, faults)
     finally:
@@ -201,19 +231,26 @@ def key(partition: int) -> str:
     return f"p{partition}"
 
 
-def final_reads(nodes: Nodes, topic: str) -> list[Op]:
-    """Every partition read in full (a confluent-kafka consumer, assigned from offset 0 up to its end)."""
-    consumer = Consumer({"bootstrap.servers": nodes.bootstrap(), "group.id": "final-reads",
-                         "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+def final_reads(nodes: Nodes, topic: str, isolation: str = "read_uncommitted") -> list[Op]:
+    """Every partition read in full (a confluent-kafka consumer of ``isolation.level`` ``isolation``, assigned from
+    offset 0 until it reaches the high watermark it saw first: a partition EOF there)."""
+    consumer = Consumer({"bootstrap.servers": nodes.bootstrap(), "group.id": "final-reads", "enable.auto.commit": False,
+                         "auto.offset.reset": "earliest", "isolation.level": isolation, "enable.partition.eof": True})
     try:
         ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1] for p in range(PARTITIONS)}
         consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS) if ends[p] > 0])
         got: dict[int, list[tuple[int, int]]] = {p: [] for p in range(PARTITIONS)}
+        at_end = {p for p in range(PARTITIONS) if ends[p] == 0}
         deadline = time.monotonic() + 60
-        while any(len(got[p]) < ends[p] for p in got) and time.monotonic() < deadline:
+        while len(at_end) < PARTITIONS and time.monotonic() < deadline:
             msg = consumer.poll(1.0)
-            if msg is not None and msg.error() is None:
+            if msg is None:
+                continue
+            if msg.error() is None:
                 got[msg.partition()].append((msg.offset(), index_of(msg.value().decode())))
+            elif msg.error().code() == KafkaError._PARTITION_EOF and msg.offset() >= ends[msg.partition()]:
+                at_end.add(msg.partition())
+        assert len(at_end) == PARTITIONS, f"{isolation} read of {topic}: not at the ends {ends} in 60 s: {got}"
     finally:
         consumer.close()
     return [FinalRead(300 + p, key(p), reads) for p, reads in got.items()]
@@ -475,20 +512,44 @@ def test_spark_source_output_equals_the_input_while_each_node_is_killed(nodes, j
 # ------------------------------------------------------------------ 4. group members committing offsets
 
 
+GROUPS = {  # the group members' scenario's rounds: the clients of each (several in one round, each ~10 s to start)
+    "confluent-kafka+kafkajs": ("confluent-kafka", "kafkajs"),
+    "kafka-python+aiokafka": ("kafka-python", "aiokafka"),
+    "java": ("java-4.3-classic", "java-4.3-consumer"),
+}
+
+
 @pytest.fixture
-def group_members(clients_installed: dict[str, str]) -> list[Client]:
-    """Every client's group member (``argv(bootstrap, topic, _)``; its group: ``kills-<client name>``), reading
-    until SIGTERM, committing by hand every COMMIT_EVERY records, on revoke and at the end."""
+def group_members(request: pytest.FixtureRequest, java_argv: Callable[..., list[str]],
+                  clients_installed: dict[str, str]) -> list[Client]:
+    """The group members of the round ``request.param`` (a key of :data:`GROUPS`): each client's
+    (``argv(bootstrap, topic, _)``; its group: ``kills-<client name>``), reading until SIGTERM, committing by hand
+    every COMMIT_EVERY records, on revoke (kafka-python: its coordinator's commit before a rebalance) and at the end."""
     node = shutil.which("node")
-    if node is None or "node" in clients_installed:
+    every = ["--commit-every", str(COMMIT_EVERY), "--timeout", "600"]
+
+    def python(script: str, name: str, *more: str) -> Client:
+        return Client(name, lambda b, t, _: [sys.executable, str(COMPAT / "clients" / script), b, t, f"kills-{name}",
+                                             *more, *every])
+
+    def java(protocol: str) -> Client:
+        name = f"java-4.3-{protocol}"
+        return Client(name, lambda b, t, _: java_argv("GroupMember.java", b, t, f"kills-{name}", "--protocol",
+                                                      protocol, *every))
+
+    members = {
+        "confluent-kafka": python("ck_group.py", "confluent-kafka", "--protocol", "classic"),
+        "kafkajs": Client("kafkajs", lambda b, t, _: [str(node), str(COMPAT / "node" / "kjs_group.js"), b, t,
+                                                      "kills-kafkajs", *every], COMPAT / "node"),
+        "kafka-python": python("kp_group.py", "kafka-python"),
+        "aiokafka": python("aio_group.py", "aiokafka"),
+        "java-4.3-classic": java("classic"),
+        "java-4.3-consumer": java("consumer"),
+    }
+    wanted = GROUPS[request.param]
+    if "kafkajs" in wanted and (node is None or "node" in clients_installed):
         pytest.fail(f"kafkajs cannot run: {clients_installed.get('node', 'node is not installed')}")
-    return [
-        Client("confluent-kafka", lambda b, t, _: [sys.executable, str(COMPAT / "clients" / "ck_group.py"), b, t,
-                                                  "kills-confluent-kafka", "--protocol", "classic", "--commit-every",
-                                                  str(COMMIT_EVERY), "--timeout", "600"]),
-        Client("kafkajs", lambda b, t, _: [node, str(COMPAT / "node" / "kjs_group.js"), b, t, "kills-kafkajs",
-                                           "--commit-every", str(COMMIT_EVERY), "--timeout", "600"], COMPAT / "node"),
-    ]
+    return [members[name] for name in wanted]
 
 
 def assigned_all(member: Background) -> bool:
@@ -519,8 +580,9 @@ def committed_offsets(nodes: Nodes, topic: str, group: str) -> dict[int, int]:
         consumer.close()
 
 
+@pytest.mark.parametrize("group_members", list(GROUPS), indirect=True)
 def test_group_members_read_every_record_in_order_while_each_node_is_killed(nodes, group_members):
-    topic = rf3_topic(nodes, "kills-groups")
+    topic = rf3_topic(nodes, f"kills-groups-{group_members[0].name}")
     written = Written()
     written.add(-1, produce_prefill(nodes, topic), time.monotonic())
     with consumers(nodes, topic, group_members, assigned_all, "assigned every partition") as started:
@@ -544,3 +606,110 @@ def test_group_members_read_every_record_in_order_while_each_node_is_killed(node
         assert committed_offsets(nodes, topic, group) == ends, f"{group}'s committed offsets; {faults}"
         history += member_history(number, member)
     checked(history + final_reads(nodes, topic), faults)
+
+
+# ------------------------------------------------------------------ 5. a transactional producer
+
+
+PER_TRANSACTION, ABORT_EVERY = 10, 4  # records in a transaction; every 4th transaction aborted on purpose
+TXN_RUN = 100  # records of one transactional producer run: 10 transactions, ~3 s paced
+
+
+@dataclass
+class Transactions:
+    """What transactional producer runs did: each transaction as one history Send (committed: ``ok``, aborted:
+    ``fail``, unknown: ``info``), each run's (started, ended, transactions committed) in ``time.monotonic()``
+    seconds, the delivered records of the transactions aborted on purpose, and what went wrong."""
+
+    sends: list[Send] = field(default_factory=list)
+    runs: list[tuple[float, float, int]] = field(default_factory=list)
+    planned_aborts: set[int] = field(default_factory=set)
+    errors: list[str] = field(default_factory=list)
+    recovered: list[str] = field(default_factory=list)  # what a transaction retried or aborted on
+
+    def add(self, run_: Run, started: float) -> None:
+        """One run's transactions; ``started``: when it started (``time.monotonic()``; it ended now)."""
+        delivered = {d["index"]: d for d in run_.events("delivery")}
+        outcomes: dict[str, Outcome] = {"committed": "ok", "aborted": "fail", "unknown": "info"}
+        for t in run_.events("transaction"):
+            writes = []
+            for index in t["records"]:
+                d = delivered.get(index)
+                offset = d["offset"] if d is not None and d["error"] is None and t["outcome"] == "committed" else None
+                if t["outcome"] == "committed" and offset is None:
+                    self.errors.append(f"record {index} of a committed transaction without its offset: {d}")
+                writes.append(Write(key(index % PARTITIONS), index, offset))
+            self.sends.append(Send(7, tuple(writes), outcomes[t["outcome"]]))
+            if t["errors"]:
+                self.recovered.append(f"{t['outcome']}: {t['errors']}")
+            if t["planned"] and t["outcome"] == "aborted":
+                self.planned_aborts |= {i for i in t["records"] if delivered.get(i, {}).get("error", "") is None}
+        if run_.returncode != 0 or run_.events("error") or not run_.events("summary"):
+            self.errors.append(run_.describe()[-2000:])
+        self.runs.append((started, time.monotonic(), len([t for t in run_.events("transaction")
+                                                          if t["outcome"] == "committed"])))
+
+    def uncommitted(self) -> list[Send]:
+        """The sends as a read_uncommitted reader may see them: an aborted transaction's records may be there."""
+        return [Send(s.process, s.writes, "info" if s.outcome == "fail" else s.outcome) for s in self.sends]
+
+
+def in_index_order(reads: list[Op]) -> list[str]:
+    """Each final read whose record indexes do not rise with their offsets (one producer's transactions are in
+    order, so are the records of each)."""
+    bad = []
+    for final in reads:
+        assert isinstance(final, FinalRead)
+        indexes = [int(value) for _, value in final.reads]
+        if indexes != sorted(indexes):
+            bad.append(f"{final.key}: {indexes}")
+    return bad
+
+
+@pytest.fixture(params=["confluent-kafka", "java-4.3"])
+def transactional(request: pytest.FixtureRequest, java_argv: Callable[..., list[str]]) -> Client:
+    """A transactional producer program (``argv(bootstrap, topic, first)``; its transactional id and topic:
+    ``kills-txn-<client name>``): clients/ck_txn_produce.py or java/TransactionalLoop.java."""
+    name = request.param
+    rest = lambda first: [f"kills-txn-{name}", str(TXN_RUN), "--first", str(first), "--per-transaction",  # noqa: E731
+                          str(PER_TRANSACTION), "--abort-every", str(ABORT_EVERY), "--partitions", str(PARTITIONS),
+                          "--pace-ms", str(PACE_MS // 2), "--timeout", str(RUN_TIMEOUT_S - 20)]
+    if name == "confluent-kafka":
+        return Client(name, lambda b, t, first: [sys.executable, str(COMPAT / "clients" / "ck_txn_produce.py"), b, t,
+                                                 *rest(first)])
+    return Client(name, lambda b, t, first: java_argv("TransactionalLoop.java", b, t, *rest(first)))
+
+
+def test_transactions_commit_exactly_once_while_each_node_is_killed(nodes, transactional):
+    tid = topic = rf3_topic(nodes, f"kills-txn-{transactional.name}")
+    done = Transactions()
+    first = itertools.count(1)
+
+    def transacting(stop: threading.Event) -> None:
+        while not stop.is_set():
+            started = time.monotonic()
+            done.add(run(transactional.argv(nodes.bootstrap(), topic, next(first) * 10**6), RUN_TIMEOUT_S,
+                         check=False), started)
+
+    faults = under_kills(nodes, topic, [transacting], lambda: any(committed for _, _, committed in done.runs))
+    coordinated_by = coordinator(nodes, tid)
+    # a transactional producer of the same id initialised once more: whatever a run left open is aborted
+    fence = run([sys.executable, str(COMPAT / "clients" / "ck_produce.py"), nodes.bootstrap(), topic, CODEC, "0",
+                 "--transactional-id", tid], RUN_TIMEOUT_S, check=False)
+    assert fence.events("transactions") and fence.events("transactions")[0]["ok"], fence.describe()
+    assert done.errors == [], f"{done.errors[:5]}; the faults: {faults}"
+    outcomes = Counter(s.outcome for s in done.sends)
+    idle = [node for node, killed, back in faults.downs
+            if not any(s < back and e > killed and committed for s, e, committed in done.runs)]
+    assert idle == [], f"no run committing a transaction while nodes {idle} were down; {outcomes}; the faults: " \
+                       f"{faults}; recovered: {done.recovered[:10]}"
+    assert done.planned_aborts, f"no transaction aborted on purpose: {outcomes}"
+    committed_reads = final_reads(nodes, topic, "read_committed")
+    checked([*done.sends, *committed_reads], faults)
+    assert in_index_order(committed_reads) == [], faults
+    uncommitted_reads = final_reads(nodes, topic)
+    checked([*done.uncommitted(), *uncommitted_reads], faults)
+    held = {value for final in uncommitted_reads if isinstance(final, FinalRead) for _, value in final.reads}
+    assert done.planned_aborts <= held, \
+        f"delivered records of aborted transactions not in the log: {sorted(done.planned_aborts - held)[:10]}"
+    assert coordinated_by in NODES, f"the transactional id's coordinator: {coordinated_by}"

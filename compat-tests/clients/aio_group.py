@@ -1,14 +1,17 @@
 """aiokafka group member: AIOKafkaConsumer(group_id=...) subscribe() and consume, committing by hand.
 
 Usage: aio_group.py BOOTSTRAP TOPIC GROUP [--max-records N] [--until-end] [--reset earliest|latest|none]
-       [--timeout 60]
+       [--commit-every N] [--timeout 60]
 
 Same JSON lines and stop conditions as ck_group.py: ``watermarks_high``, ``assignment`` (the member's whole
 assignment after every rebalance callback), ``record``, ``committed`` (the offsets a commit stored),
 ``summary``, ``closed``. enable_auto_commit is off: the ConsumerRebalanceListener commits, in
 on_partitions_revoked, the position after the last record printed for each partition being taken away, and
 the end commits it for every partition still assigned, so a partition that moves to another member (or a
-restarted one) continues exactly after the last record this one printed. stop() then leaves the group.
+restarted one) continues exactly after the last record this one printed. stop() then leaves the group. With
+``--commit-every N`` it also commits, after each getmany() that brought the records read to a further multiple of N,
+the positions printed since the last commit: a ``committed`` event, or one with the commit's error in ``errors``
+(a rebalance took the partitions meanwhile: those offsets are committed next time) and the member goes on.
 
 Stops (commit, stop, exit 0) when: ``--max-records N`` records were read (getmany(max_records=) returns no
 more than that); ``--until-end`` and every partition of the topic is assigned to it and has reached the high
@@ -28,7 +31,9 @@ from common import emit, emit_record, fail, group_parser
 
 
 async def main() -> int:
-    args = group_parser(__doc__).parse_args()
+    ap = group_parser(__doc__)
+    ap.add_argument("--commit-every", type=int, metavar="N", help="also commit the positions every N records")
+    args = ap.parse_args()
 
     stopping = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stopping.set)
@@ -50,11 +55,22 @@ async def main() -> int:
     emit("watermarks_high", high=high)
     printed: dict[TopicPartition, int] = {}  # the offset after the last record printed, per assigned partition
 
-    async def commit(tps: set[TopicPartition], why: str) -> None:
+    async def commit(tps: set[TopicPartition], why: str, *, going_on: bool = False) -> None:
+        """The offsets printed of ``tps`` committed; ``going_on``: a failed commit is an event with its error (the
+        offsets kept for the next commit), not an exception."""
         offsets = {tp: printed.pop(tp) for tp in tps if tp in printed}
-        if offsets:
+        if not offsets:
+            return
+        try:
             await consumer.commit(offsets)
-            emit("committed", why=why, offsets={tp.partition: o for tp, o in sorted(offsets.items())})
+        except KafkaError as exc:
+            if not going_on:
+                raise
+            for tp, o in offsets.items():
+                printed.setdefault(tp, o)
+            emit("committed", why=why, offsets={}, errors=[f"{type(exc).__name__}: {exc}"])
+            return
+        emit("committed", why=why, offsets={tp.partition: o for tp, o in sorted(offsets.items())}, errors=[])
 
     class Listener(ConsumerRebalanceListener):
         # aiokafka's rebalances are eager: every partition is revoked, then the new whole assignment arrives
@@ -95,11 +111,14 @@ async def main() -> int:
             except KafkaError as exc:
                 emit("error", name=type(exc).__name__, message=str(exc))
                 break
+            before = count
             for tp in sorted(batch, key=lambda t: t.partition):
                 for m in batch[tp]:
                     emit_record(m.partition, m.offset, m.timestamp, m.timestamp_type, m.key, m.value, m.headers)
                     printed[tp] = m.offset + 1
                     count += 1
+            if args.commit_every and count // args.commit_every > before // args.commit_every:
+                await commit(consumer.assignment(), "every", going_on=True)
             if left is not None and count >= args.max_records:
                 break
         await commit(consumer.assignment(), "close")

@@ -1,13 +1,15 @@
 """kafka-python group member: KafkaConsumer(group_id=...) subscribe() with the range assignor.
 
 Usage: kp_group.py BOOTSTRAP TOPIC GROUP [--max-records N] [--until-end] [--reset earliest|latest|none]
-       [--timeout 60]
+       [--commit-every N] [--timeout 60]
 
 Same JSON lines and stop conditions as ck_group.py: ``assignment`` after every rebalance callback,
 ``committed`` after the synchronous commit at the end together with what ``committed()`` then
 answers for every partition of the topic (``fetched``), ``summary``, ``closed``. ``--reset none``
 (or ``error``): no reset policy, a committed offset out of range is an OffsetOutOfRangeError
-``error`` event that ends the run (commit, close, exit 0).
+``error`` event that ends the run (commit, close, exit 0). With ``--commit-every N`` it also commits (synchronously)
+after each poll that brought the records read to a further multiple of N: a ``committed`` event, or one with the
+commit's error in ``errors`` (a rebalance took the partitions meanwhile) and the member goes on.
 Works on kafka-python 2.0.2 and 3.x.
 """
 
@@ -23,7 +25,9 @@ from kafka.errors import KafkaError
 
 
 def main() -> None:
-    args = group_parser(__doc__).parse_args()
+    ap = group_parser(__doc__)
+    ap.add_argument("--commit-every", type=int, metavar="N", help="also commit the positions every N records")
+    args = ap.parse_args()
 
     stopping = False
 
@@ -47,9 +51,20 @@ def main() -> None:
         assigned = consumer.assignment()
         if not assigned:
             return
+        offsets = {tp.partition: consumer.position(tp) for tp in assigned}
         consumer.commit()  # the consumed positions of every assigned partition, synchronously
-        emit("committed", why=why, offsets={tp.partition: consumer.position(tp) for tp in assigned},
-             fetched={tp.partition: consumer.committed(tp) for tp in all_tps})
+        emit("committed", why=why, offsets=offsets, fetched={tp.partition: consumer.committed(tp) for tp in all_tps})
+
+    def commit_every() -> None:
+        """The positions committed on the way (their fetched offsets not asked); a failed commit reported."""
+        assigned = consumer.assignment()
+        offsets = {tp.partition: consumer.position(tp) for tp in assigned}
+        try:
+            consumer.commit()
+        except KafkaError as exc:  # CommitFailedError: the group rebalanced; it commits on its next turn
+            emit("committed", why="every", offsets={}, errors=[f"{type(exc).__name__}: {exc}"])
+            return
+        emit("committed", why="every", offsets=offsets, errors=[])
 
     class Listener(ConsumerRebalanceListener):
         # kafka-python 3 runs listeners on its IO thread, where a blocking commit() raises; with
@@ -80,6 +95,7 @@ def main() -> None:
                 emit("error", name=type(exc).__name__, message=str(exc))
                 break
             done = False
+            before = count
             for tp in sorted(batch, key=lambda t: t.partition):
                 for m in batch[tp]:
                     emit_record(m.partition, m.offset, m.timestamp, m.timestamp_type, m.key, m.value, m.headers)
@@ -92,6 +108,8 @@ def main() -> None:
                     break
             if done:
                 break
+            if args.commit_every and count // args.commit_every > before // args.commit_every:
+                commit_every()
         commit("close")
     finally:
         emit("summary", records=count)

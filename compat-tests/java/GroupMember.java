@@ -11,10 +11,13 @@
 // none), prints an "error", still commits what it read and closes, exit 2.
 //
 // --instance-id ID makes it a static member (group.instance.id); --set KEY=VALUE sets any other client property.
+// --commit-every N also commits (commitSync) what it read of its assignment after each poll that brought the records
+// read to a further multiple of N: a "committed" event (why "every"), or one with the commit's exception in "errors"
+// (a rebalance took the partitions meanwhile, the coordinator stayed away past the default API timeout) and it goes on.
 //
 // Usage: java -cp <kafka-clients jars> GroupMember.java <bootstrap> <topic> <group> [--protocol classic|consumer]
 //        [--reset earliest|latest|none] [--max-records N] [--until-end] [--timeout SECONDS] [--instance-id ID]
-//        [--set KEY=VALUE]...
+//        [--commit-every N] [--set KEY=VALUE]...
 
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
@@ -34,6 +37,7 @@ import org.apache.kafka.clients.consumer.ConsumerRebalanceListener;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.clients.consumer.OffsetAndMetadata;
+import org.apache.kafka.common.KafkaException;
 import org.apache.kafka.common.PartitionInfo;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.errors.WakeupException;
@@ -134,7 +138,7 @@ public class GroupMember {
         String protocol = "classic", reset = "earliest", instanceId = null;
         Properties extra = new Properties();
         double timeout = 60;
-        long maxRecords = -1;
+        long maxRecords = -1, commitEvery = 0;
         boolean untilEnd = false;
         for (int i = 3; i < argv.length; i++) {
             switch (argv[i]) {
@@ -143,6 +147,7 @@ public class GroupMember {
                 case "--reset" -> reset = argv[++i];
                 case "--max-records" -> maxRecords = Long.parseLong(argv[++i]);
                 case "--until-end" -> untilEnd = true;
+                case "--commit-every" -> commitEvery = Long.parseLong(argv[++i]);
                 case "--instance-id" -> instanceId = argv[++i];
                 case "--set" -> {
                     String[] kv = argv[++i].split("=", 2);
@@ -233,6 +238,7 @@ public class GroupMember {
                     break;
                 }
                 if (high != null && joined.get() && atEnd(consumer, high, endCommitted, deadline)) break;
+                long before = count;
                 for (ConsumerRecord<byte[], byte[]> r : consumer.poll(Duration.ofMillis(200))) {
                     List<String> headers = new ArrayList<>();
                     for (Header h : r.headers()) headers.add("[" + quote(h.key()) + ", " + quote(text(h.value())) + "]");
@@ -243,6 +249,18 @@ public class GroupMember {
                     next.put(new TopicPartition(r.topic(), r.partition()), r.offset() + 1);
                     count++;
                     if (count == maxRecords) break poll;
+                }
+                if (commitEvery > 0 && count / commitEvery > before / commitEvery) {
+                    Map<TopicPartition, OffsetAndMetadata> offsets = consumedOf(consumer.assignment(), next);
+                    try {
+                        consumer.commitSync(offsets);
+                        showCommitted(offsets, "every");
+                    } catch (WakeupException stopping) {
+                        throw stopping;
+                    } catch (KafkaException e) {
+                        emit("{\"event\": \"committed\", \"why\": \"every\", \"offsets\": {}, \"errors\": ["
+                                + quote(e.getClass().getSimpleName() + ": " + e.getMessage()) + "]}");
+                    }
                 }
             }
         } catch (WakeupException stopping) {

@@ -632,14 +632,20 @@ class TransactionService:
 
     async def _remote(self, tid: str, producer_id: int, producer_epoch: int, partitions: list[tuple[str, int]],
                       verify_only: bool) -> dict[tuple[str, int], int] | None:
-        """None when this node coordinates ``tid``; else the answers of its coordinator, another node, asked with
-        AddPartitionsToTxn v5 (COORDINATOR_NOT_AVAILABLE when the coordinators' placement cannot be read now)."""
+        """None when this node coordinates ``tid`` and has loaded its coordinator partition; COORDINATOR_LOAD_IN_PROGRESS
+        for every partition while it loads it (its state is not known yet: Kafka's coordinator answers that, which its
+        ``AddPartitionsToTxnManager`` turns into a Produce's retriable NOT_ENOUGH_REPLICAS); else the answers of its
+        coordinator, another node, asked with AddPartitionsToTxn v5 (COORDINATOR_NOT_AVAILABLE when the coordinators'
+        placement cannot be read now)."""
         try:
             owner = await self.coordinator_of(tid)
         except ControlPlaneError as e:
             log.warning("the coordinator of transactional id %r is not known: %s", tid, e)
             return dict.fromkeys(partitions, ErrorCode.coordinator_not_available)
         if owner is None:
+            replicated = None if self.coordinators is None else self.coordinators.replicated
+            if replicated is not None and replicated.loading(tid):
+                return dict.fromkeys(partitions, ErrorCode.coordinator_load_in_progress)
             return None
         if self.links is None:  # another node's id and no way to ask it
             return dict.fromkeys(partitions, ErrorCode.coordinator_not_available)

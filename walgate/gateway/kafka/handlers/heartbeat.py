@@ -5,7 +5,12 @@ A coordinator failure is answered as an error code (:mod:`.common`).
 ACLs (as Kafka): Read on the group, else GROUP_AUTHORIZATION_FAILED.
 
 In cluster mode a group whose coordinator partition is another node's answers NOT_COORDINATOR
-(:mod:`walgate.gateway.kafka.group_coordinators`)."""
+(:mod:`walgate.gateway.kafka.group_coordinators`). While this node loads the group's replicated partition (it took
+the lead on) the answer is NONE, as Kafka's GroupCoordinator.handleHeartbeat answers ("the group is still loading, so
+respond just blindly"): the member's session goes on and its next request that needs the group state finds the
+coordinator loaded or loading (COORDINATOR_LOAD_IN_PROGRESS there). aiokafka takes COORDINATOR_LOAD_IN_PROGRESS on a
+Heartbeat, which Kafka never sends, for an unexpected error and fails the consumer's next getmany()
+(compat-tests/test_clients_under_kills.py)."""
 
 from __future__ import annotations
 
@@ -26,7 +31,8 @@ async def handle(broker: Broker, ctx: RequestContext, request: HeartbeatRequest)
     if not allowed(broker, ctx, Operation.READ, ResourceType.GROUP, request.group_id):
         return {"throttle_time": 0, "error_code": ErrorCode.group_authorization_failed}
     if code := await refusal(broker.coordinators, request.group_id):
-        return {"throttle_time": 0, "error_code": code}
+        return {"throttle_time": 0,
+                "error_code": ErrorCode.none if code == ErrorCode.coordinator_load_in_progress else code}
     error = await answered(broker.groups.run(
         lambda: (
             groups.heartbeat(
