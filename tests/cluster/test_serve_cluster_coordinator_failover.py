@@ -19,12 +19,13 @@ from serve_support import create_topics, eventually, no_traceback, produce_to
 from test_serve_cluster_replicated_topics import bootstrap, three_nodes
 
 GROUP, TOPIC = "failover-group", "cf"
-_MOVING = (KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError.NOT_COORDINATOR)
+_MOVING = (KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError.NOT_COORDINATOR,
+           KafkaError._TIMED_OUT)  # (librdkafka's: the request to a node that died meanwhile, or a loaded machine)
 
 
 def _coordinator(servers: str) -> int:
     """The node FindCoordinator names for :data:`GROUP` (through AdminClient's describe); -1 while the describe gets a
-    retriable error (COORDINATOR_LOAD_IN_PROGRESS while the new leader loads the partition)."""
+    retriable error (COORDINATOR_LOAD_IN_PROGRESS while the new leader loads the partition) or times out."""
     admin = AdminClient({"bootstrap.servers": servers})
     [future] = admin.describe_consumer_groups([GROUP], request_timeout=10).values()
     try:

@@ -35,7 +35,7 @@ from typing import Any
 import pytest
 from etcd_cluster import EtcdCluster
 from prometheus_client.parser import text_string_to_metric_families
-from serve_support import JARS, JAVA_DIR, no_traceback, node, node_token, setup_clients, wait_log
+from serve_support import JARS, JAVA_DIR, eventually, no_traceback, node, node_token, setup_clients, wait_log
 from test_serve_cluster_coordinators import _find, _group_of, _placement, _request
 from test_serve_cluster_node_auth import _authenticated
 from test_serve_cluster_shares import SHARES, TOPIC, _cluster_topic, _java, _records, _values
@@ -89,10 +89,16 @@ def _consumed(leaders: dict[int, WalgateServer], group: str, coordinator: Walgat
     the 3 records of each partition of ``TOPIC`` in ``leaders`` through its leader there, closes its share sessions
     and leaves: those share-partitions' start offset is 3 (a quicker consumer than a JVM's)."""
     for leader in leaders.values():  # answered once applied on that node
-        configured = _request(leader.kafka_port, 44, 1, {"validate_only": False, "resources": [
-            {"resource_type": 32, "resource_name": group, "configs": [
-                {"name": "share.auto.offset.reset", "config_operation": 0, "value": "earliest"}]}]})
-        assert [r.error_code for r in configured.responses] == [ErrorCode.none], configured
+        answers: list[Any] = []
+
+        def configured(port: int = leader.kafka_port) -> bool:  # asked again while it answers REQUEST_TIMED_OUT: on a
+            answers.append(_request(port, 44, 1, {"validate_only": False, "resources": [  # loaded machine the 2 s
+                {"resource_type": 32, "resource_name": group, "configs": [  # lease of the controller may lapse
+                    {"name": "share.auto.offset.reset", "config_operation": 0, "value": "earliest"}]}]}))
+            return [r.error_code for r in answers[-1].responses] != [ErrorCode.request_timed_out]
+
+        eventually(f"group {group}'s config set", configured)
+        assert [r.error_code for r in answers[-1].responses] == [ErrorCode.none], answers[-1]
     tid = _request(coordinator.kafka_port, 3, 12, {"topics": [{"name": TOPIC}]}).topics[0].topic_id
     joined = _request(coordinator.kafka_port, 76, 1, {"group_id": group, "member_id": "m", "member_epoch": 0,
                                                        "rack_id": None, "subscribed_topic_names": [TOPIC]})
