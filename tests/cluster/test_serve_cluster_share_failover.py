@@ -8,13 +8,12 @@ receives every record not acknowledged before the kill and none that was (real n
 
 from __future__ import annotations
 
-import contextlib
 import signal
+from concurrent import futures
 from contextlib import ExitStack
 from pathlib import Path
 from typing import NamedTuple
 
-from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic, ResourceType
 from etcd_cluster import EtcdCluster
 from serve_support import create_topics, eventually, no_traceback, produce_to
@@ -34,11 +33,13 @@ def _groups(servers: str, leader: int) -> tuple[str, str]:
     coordinators: dict[str, int] = {}
 
     def named() -> bool:
-        """Every candidate's coordinator named (COORDINATOR_LOAD_IN_PROGRESS while the partitions are first loaded)."""
-        for group, future in admin.describe_consumer_groups([g for g in candidates if g not in coordinators],
-                                                            request_timeout=10).items():
-            with contextlib.suppress(KafkaException):
-                coordinators[group] = future.result(15).coordinator.id
+        """Every candidate's coordinator named (COORDINATOR_LOAD_IN_PROGRESS while the partitions are first loaded);
+        each round's requests all answered or timed out before the next round asks (no two rounds in flight)."""
+        answers = admin.describe_consumer_groups([g for g in candidates if g not in coordinators], request_timeout=10)
+        futures.wait(answers.values(), timeout=60)
+        for group, future in answers.items():
+            if future.done() and future.exception() is None:
+                coordinators[group] = future.result().coordinator.id
         return len(coordinators) == len(candidates)
 
     eventually("the candidate groups' coordinators are named", named)
