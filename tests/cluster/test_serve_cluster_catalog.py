@@ -211,7 +211,19 @@ def test_without_an_etcd_majority_changes_are_refused_and_data_goes_on(etcd3: Et
         create_topic(n1.kafka_port, "data")
         assert produce(n1.kafka_port, "data", b"one") is None
         placing = admin(n1.kafka_port)  # a first group lookup places the group coordinators: it needs etcd once
-        assert placing.describe_consumer_groups(["g"])["g"].result(30).group_id == "g"
+        described: list[str] = []
+
+        def answered() -> bool:  # (COORDINATOR_LOAD_IN_PROGRESS while __consumer_offsets, made now, is first loaded)
+            try:
+                described.append(placing.describe_consumer_groups(["g"])["g"].result(30).group_id)
+            except KafkaException as e:
+                if e.args[0].code() != KafkaError.COORDINATOR_LOAD_IN_PROGRESS:
+                    raise
+                return False
+            return True
+
+        eventually("group g described", answered)
+        assert described == ["g"]
         etcd3.members[0].kill()
         etcd3.members[1].kill()
         topic_changes = topic_ddl(n1.kafka_port, "data")  # under way while the changes below wait too
