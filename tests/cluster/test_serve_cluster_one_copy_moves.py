@@ -26,7 +26,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -37,10 +36,10 @@ from serve_support import create_topics, eventually, no_traceback, node, sql
 from test_serve_cluster_moves import move
 from test_serve_cluster_reassignment_kills import controller, killed_and_started_again
 from test_serve_cluster_reassignments import states
-from test_serve_cluster_rebalance import OFFSETS_ONE_COPY, decommission
+from test_serve_cluster_rebalance import OFFSETS_ONE_COPY, cluster_command, decommission
 from test_serve_cluster_replicated_topics import ARGS, bootstrap, described, three_nodes
 
-from livewalgate import WALGATE, WalgateServer, stop_process, walgate_env
+from livewalgate import WalgateServer, stop_process
 from walgate.wire.errors import ErrorCode
 
 SOLO = "solo"
@@ -197,9 +196,7 @@ def balanced_onto_a_new_node(nodes: list[WalgateServer]) -> None:
     counted through every node, node 4's included."""
     n1 = nodes[0]
     eventually("node 4 ready", lambda: [4, "ready"] in [[r[0], r[2]] for r in sql(n1, "SHOW DNODES")])
-    balanced = subprocess.run([*WALGATE, "cluster", "rebalance", "--wait", "--wait-timeout", "90", "--json",
-                               "--url", n1.http_url], check=False, capture_output=True, text=True, timeout=120,
-                              env=walgate_env())
+    balanced = cluster_command("rebalance", n1, "--wait", "--wait-timeout", "90", "--json")
     assert balanced.returncode == 0, balanced.stderr
     assert json.loads(balanced.stdout)["vgroups_moving"] >= 1
     placed = described(n1, "dti")

@@ -52,9 +52,14 @@ def vgroup(server: WalgateServer, name: str) -> dict[str, Any]:
     return dict(found)
 
 
-def decommission(server: WalgateServer, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*WALGATE, "cluster", "decommission", *args, "--url", server.http_url], check=False,
+def cluster_command(command: str, server: WalgateServer, *args: str) -> subprocess.CompletedProcess[str]:
+    """``walgate cluster <command> args`` through ``server``'s HTTP API."""
+    return subprocess.run([*WALGATE, "cluster", command, *args, "--url", server.http_url], check=False,
                           capture_output=True, text=True, timeout=120, env=walgate_env())
+
+
+def decommission(server: WalgateServer, *args: str) -> subprocess.CompletedProcess[str]:
+    return cluster_command("decommission", server, *args)
 
 
 def test_statements_within_the_placed_nodes_and_their_refusals(etcd1: EtcdCluster, tmp_path: Path) -> None:
@@ -146,9 +151,7 @@ def test_decommission_moves_every_replica_off_the_node(etcd1: EtcdCluster, tmp_p
         stop_process(nodes[gone - 1].proc)  # (the operator stops it once it holds nothing)
         n5 = stack.enter_context(node(etcd1, tmp_path, 5, *ARGS, *OFFSETS_ONE_COPY))
         eventually("node 5 ready", lambda: [5, "ready"] in [[r[0], r[2]] for r in sql(n1, "SHOW DNODES")])
-        balanced = subprocess.run([*WALGATE, "cluster", "rebalance", "--wait", "--wait-timeout", "90", "--json",
-                                   "--url", n1.http_url], check=False, capture_output=True, text=True, timeout=120,
-                                  env=walgate_env())
+        balanced = cluster_command("rebalance", n1, "--wait", "--wait-timeout", "90", "--json")
         assert balanced.returncode == 0, balanced.stderr
         assert json.loads(balanced.stdout)["vgroups_moving"] >= 1
         eventually("node 5 in sync", lambda: any(5 in p[2] for p in described(n1, "three").values()))
