@@ -24,12 +24,16 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable
+from typing import Any
 from pathlib import Path
 
 from compat_procs import Run
 
 sys.path[:0] = [str(Path(__file__).parents[1] / "tests" / d) for d in ("cluster", "jepsen")]
+from confluent_kafka.admin import NewTopic  # noqa: E402
 from etcd_cluster import etcd_cluster  # noqa: E402
+from serve_support import create_topics, produce_to  # noqa: E402
+from test_serve_cluster_reassignments import read_all  # noqa: E402
 from replicated_workload import (  # noqa: E402
     TOPIC,
     Nodes,
@@ -37,21 +41,24 @@ from replicated_workload import (  # noqa: E402
     checked,
     controller,
     final_history,
+    ready_nodes,
     replicated_database,
     wait_until,
 )
 
 LEASE = ("--override", "broker.session.timeout.ms=60000")  # (after cluster_args' own --override: it wins)
 ACKS = 6  # acknowledged writes between steps
+RATE = 500_000  # bytes/s: a move's throttle (KIP-73), as kafka-reassign-partitions --throttle sets it
+NATIVE = "moved"  # a Kafka-native topic: its throttled-replica lists are topic configs (a TDengine topic has none)
 
 
-def reassign(java: Callable[..., Run], nodes: Nodes, *actions: str, paused: int | None = None
-             ) -> list[dict[str, object]]:
+def reassign(java: Callable[..., Run], nodes: Nodes, *actions: str, paused: int | None = None, topic: str = TOPIC
+             ) -> list[dict[str, Any]]:
     """Reassign.java's steps on partition 0 of the topic, bootstrapped on every node but ``paused``; no step failed.
     (Bootstrapped on a paused node, the Admin may send its request there, its least loaded node: it is still
     registered, so Metadata names it; the request then times out, as in a full CI run of 2026-11-30.)"""
     live = ",".join(nodes.kafka(i) for i in nodes.ports if i != paused)
-    run = java("Reassign.java", live, TOPIC, "0", *actions, timeout=180)
+    run = java("Reassign.java", live, topic, "0", *actions, timeout=180)
     out = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
     assert not [s for s in out if s["step"] == "error"], out
     return out
@@ -103,3 +110,36 @@ def test_java_admin_moves_a_partition_off_a_node_and_back_with_a_cancellation_un
         finally:
             nodes.close()
     checked(history, load, 45)
+
+
+def test_java_admin_throttles_a_move_as_kafka_reassign_partitions_does(java, tmp_path: Path) -> None:
+    """A Kafka-native topic of replication factor 3 (``min.insync.replicas=2``): partition 0 moved off one replica,
+    1 MB written, then moved back to it throttled as ``kafka-reassign-partitions --execute --throttle`` does
+    (incrementalAlterConfigs SET of both replication rates on every broker, each sent to its broker, and of the
+    topic's leader and follower throttled-replica lists: the current replicas, the one added), read back by
+    describeConfigs as dynamic configs; the move completes (the returned replica in sync, holding every value in
+    order), and the throttle is removed as ``--verify`` removes it (DELETE: every config back at its default)."""
+    with etcd_cluster(tmp_path / "etcd", 1) as etcd, ready_nodes(etcd, tmp_path) as nodes:
+        create_topics(nodes.bootstrap(), NewTopic(NATIVE, 1, 3, config={"min.insync.replicas": "2"}))
+        [described] = reassign(java, nodes, "describe", topic=NATIVE)
+        replicas: list[int] = described["replicas"]
+        dropped, kept = replicas[-1], replicas[:-1]
+        move_off = reassign(java, nodes, "move:" + ",".join(map(str, kept)), "wait", topic=NATIVE)
+        assert [s.get("result", s.get("done")) for s in move_off] == ["ok", True], move_off
+        values = [b"%04d" % i + b"v" * 10_000 for i in range(100)]
+        produce_to(nodes.servers[kept[0]].kafka_port, NATIVE, {0: values})
+
+        back = ",".join(map(str, replicas))
+        steps = reassign(java, nodes, f"throttle:{RATE}:{back}", "throttles", f"move:{back}", "wait", "unthrottle",
+                         "throttles", "describe", topic=NATIVE)
+        assert [s.get("result", s.get("done")) for s in steps if s["step"] not in ("throttles", "describe")] == [
+            "ok", "ok", True, "ok"], steps
+        throttled, unthrottled = (s for s in steps if s["step"] == "throttles")
+        rate = [str(RATE), "DYNAMIC_BROKER_CONFIG"]
+        assert throttled["brokers"] == {str(i): {"leader": rate, "follower": rate} for i in (1, 2, 3)}, throttled
+        assert throttled["topic"] == {"leader": [",".join(f"0:{r}" for r in kept), "DYNAMIC_TOPIC_CONFIG"],
+                                      "follower": [f"0:{dropped}", "DYNAMIC_TOPIC_CONFIG"]}, throttled
+        sources = [v[1] for b in unthrottled["brokers"].values() for v in b.values()]
+        assert sources + [v[1] for v in unthrottled["topic"].values()] == ["DEFAULT_CONFIG"] * 8, unthrottled
+        assert (steps[-1]["replicas"], sorted(steps[-1]["isr"])) == (replicas, sorted(replicas)), steps
+        assert read_all(nodes.servers[dropped].kafka_port, 100, NATIVE) == values
