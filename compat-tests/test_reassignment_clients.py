@@ -24,16 +24,14 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 from compat_procs import Run
 
 sys.path[:0] = [str(Path(__file__).parents[1] / "tests" / d) for d in ("cluster", "jepsen")]
 from confluent_kafka.admin import NewTopic  # noqa: E402
 from etcd_cluster import etcd_cluster  # noqa: E402
-from serve_support import create_topics, produce_to  # noqa: E402
-from test_serve_cluster_reassignments import read_all  # noqa: E402
 from replicated_workload import (  # noqa: E402
     TOPIC,
     Nodes,
@@ -45,6 +43,8 @@ from replicated_workload import (  # noqa: E402
     replicated_database,
     wait_until,
 )
+from serve_support import create_topics, produce_to  # noqa: E402
+from test_serve_cluster_reassignments import read_all  # noqa: E402
 
 LEASE = ("--override", "broker.session.timeout.ms=60000")  # (after cluster_args' own --override: it wins)
 ACKS = 6  # acknowledged writes between steps
