@@ -150,4 +150,4 @@ def moved_under_kills(etcd: EtcdCluster, tmp_path: Path, target: list[int], movi
                        lambda n=n: not (nodes[n - 1].data_dir / "db" / database_id / "vnode0").exists())
         for server in nodes:
             no_traceback(server)
-        identical_replicas(stack, nodes, tmp_path / "replicas")
+        identical_replicas(stack, dict(enumerate(nodes, 1)), tmp_path / "replicas")

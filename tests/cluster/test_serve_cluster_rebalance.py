@@ -14,18 +14,19 @@ from __future__ import annotations
 import json
 import subprocess
 import threading
+import time
 import urllib.error
 import urllib.request
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import NewTopic
 from etcd_cluster import EtcdCluster
 from serve_support import create_topics, eventually, no_traceback, node, sql
 from test_serve_cluster_reassignments import read_all
-from test_serve_cluster_replicated_topics import ARGS, described, three_nodes
+from test_serve_cluster_replicated_topics import ARGS, described, identical_replicas, three_nodes
 
 from livewalgate import WALGATE, WalgateServer, stop_process, walgate_env
 
@@ -97,10 +98,13 @@ def test_statements_within_the_placed_nodes_and_their_refusals(etcd1: EtcdCluste
 
 def test_decommission_moves_every_replica_off_the_node(etcd1: EtcdCluster, tmp_path: Path) -> None:
     """Issue 26's decommission of a node of a 4-node RF=3 cluster under load: an idempotent acks=all producer
-    (bootstrapped on the nodes staying) writes to partition 0 throughout ``walgate cluster decommission N --wait``;
-    the node's replicas move to the node that held none of them, which catches up, and every acknowledged value is
-    read back in order. Then the node is stopped, a fifth node joins and ``walgate cluster rebalance --wait`` moves
-    a replica onto it (issue 26's "adding a node and rebalancing vgroups onto it"), which serves every value too."""
+    (bootstrapped on the nodes staying) writes to partition 0 throughout ``walgate cluster decommission N --wait``,
+    and a consumer reads it from its beginning throughout; the node's replicas move to the node that held none of
+    them, which catches up; the consumer read every acknowledged value once, in order, at offsets 0, 1, 2, ... and
+    nothing else, and a read through a staying node afterwards gives the same. Then the node is stopped, a fifth node
+    joins and ``walgate cluster rebalance --wait`` moves a replica onto it (issue 26's "adding a node and
+    rebalancing vgroups onto it"), which serves every value too; at the end every replica of partition 0 holds the
+    others' WAL entries and offset index records (tests/cluster/replica_copies.py)."""
     with ExitStack() as stack:
         n1, n2, n3 = three_nodes(stack, etcd1, tmp_path, *OFFSETS_ONE_COPY)
         n4 = stack.enter_context(node(etcd1, tmp_path, 4, *ARGS, *OFFSETS_ONE_COPY))
@@ -132,14 +136,35 @@ def test_decommission_moves_every_replica_off_the_node(etcd1: EtcdCluster, tmp_p
                 i += 1
             producer.flush(60)
 
-        writer = threading.Thread(target=load, name="load")
+        read: list[tuple[int, bytes]] = []
+        read_enough = threading.Event()
+
+        def consume() -> None:
+            consumer = Consumer({"bootstrap.servers": ",".join(f"127.0.0.1:{s.kafka_port}" for s in staying),
+                                 "group.id": "decommission-reader", "enable.auto.commit": False})
+            try:
+                consumer.assign([TopicPartition("three", 0, 0)])
+                deadline = time.monotonic() + 300
+                while not read_enough.is_set() and time.monotonic() < deadline:
+                    read.extend((m.offset(), m.value()) for m in consumer.consume(500, 0.5) if m.error() is None)
+            finally:
+                consumer.close()
+
+        writer, reader = threading.Thread(target=load, name="load"), threading.Thread(target=consume, name="read")
         writer.start()
+        reader.start()
         try:
             eventually("some writes", lambda: len(acked) > 50)
             done = decommission(staying[0], str(gone), "--wait", "--wait-timeout", "90", "--json")
         finally:
             stop.set()
             writer.join(90)
+            try:
+                eventually("every acknowledged value read", lambda: len(read) >= len(acked))
+            finally:
+                read_enough.set()
+                reader.join(90)
+        assert [v for _, v in read] == acked and [o for o, _ in read] == list(range(len(acked)))
         assert done.returncode == 0, done.stderr
         report = json.loads(done.stdout)
         assert report["statement"] == f"DROP DNODE {gone}" and report["vgroups_moving"] >= 1 and report["done"]
@@ -158,3 +183,5 @@ def test_decommission_moves_every_replica_off_the_node(etcd1: EtcdCluster, tmp_p
         assert read_all(n5.kafka_port, len(acked), "three") == acked
         for server in [*staying, n5]:
             no_traceback(server)
+        identical_replicas(stack, {i: s for i, s in enumerate([*nodes, n5], 1) if i != gone}, tmp_path / "replicas",
+                           "three", 1)  # (partition 1 holds nothing to compare)

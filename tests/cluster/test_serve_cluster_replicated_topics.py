@@ -22,6 +22,7 @@ import itertools
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from pathlib import Path
@@ -202,15 +203,16 @@ def checked(history: list[Op], writer: Writer, nodes: list[WalgateServer]) -> li
     return sends
 
 
-def identical_replicas(stack: ExitStack, nodes: list[WalgateServer], scratch: Path) -> None:
-    """Every node of ``nodes`` stopped (``stack`` closed): each replica of each partition of :data:`TOPIC` holds the
-    others' WAL entries and offset index records, entry by entry, below the high watermark (the checker's
-    replica-divergence, tests/cluster/replica_copies.py)."""
-    database_id = next(r["db_id"] for r in catalog_records(nodes[0])
-                       if r.get("op") == "create_kafka_topic" and r["name"] == TOPIC)
-    data_dirs = {k + 1: s.data_dir for k, s in enumerate(nodes)}
+def identical_replicas(stack: ExitStack, nodes: Mapping[int, WalgateServer], scratch: Path, topic: str = TOPIC,
+                       partitions: int = PARTITIONS) -> None:
+    """Every node of ``nodes`` (node id -> its server) stopped (``stack`` closed): each of their replicas of each
+    partition of ``topic`` holds the others' WAL entries and offset index records, entry by entry, below the high
+    watermark (the checker's replica-divergence, tests/cluster/replica_copies.py)."""
+    database_id = next(r["db_id"] for r in catalog_records(next(iter(nodes.values())))
+                       if r.get("op") == "create_kafka_topic" and r["name"] == topic)
+    data_dirs = {i: s.data_dir for i, s in nodes.items()}
     stack.close()
-    copies = replica_copies(data_dirs, database_id, PARTITIONS, scratch, key="{}")
+    copies = replica_copies(data_dirs, database_id, partitions, scratch, key="{}")
     assert check(copies) == [] and all(c.entries and c.index for c in copies), copies
 
 
@@ -302,4 +304,4 @@ def test_replicated_topics_are_placed_described_and_survive_a_leaders_kill_9(etc
                 kept[s.data_dir]) - 1 and vnode_dirs(s) < kept[s.data_dir])
         for server in nodes:
             no_traceback(server)
-        identical_replicas(stack, nodes, tmp_path / "replicas")
+        identical_replicas(stack, dict(enumerate(nodes, 1)), tmp_path / "replicas")

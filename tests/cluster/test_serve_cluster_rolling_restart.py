@@ -161,7 +161,7 @@ def test_a_rolling_restart_under_load_keeps_every_partition_led_and_every_acknow
         if seen:
             raise LeaderlessWindow(f"{len(watch.leaderless)} partitions answered without a leader (node "
                                    f"answering, partition, error code, leader, during): {seen}")
-        identical_replicas(stack, nodes, tmp_path / "replicas")
+        identical_replicas(stack, dict(enumerate(nodes, 1)), tmp_path / "replicas")
 
 
 def test_metadata_names_a_live_leader_through_a_controlled_shutdown_and_a_start(etcd1: EtcdCluster,
