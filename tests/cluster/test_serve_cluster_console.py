@@ -9,13 +9,18 @@ controller, whose page is watched), within a bounded wait the page shows that no
 another replica, the dead node out of its ISR and the vgroup under-replicated: the page polls once a second, the
 node re-reads the membership every third of the 2 s lease and follows the partition states as they change; SQL
 ``SHOW r.VGROUPS`` (TDengine's view) names the same leader, the dead node offline.
+On three nodes in racks of their own, the page shows each node's rack, and a replica move to a node paused
+(SIGSTOP, its lease long) as moving (the target's replicas, the ISR without it, its adding replica, the status) until
+the node is resumed, then whole (the ISR of all three, nothing adding, "ok").
 Skipped only when /usr/bin/chromium is absent (``.ci/run`` installs it), as tests/gateway/test_console.py.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 import urllib.request
 from contextlib import ExitStack
 from pathlib import Path
@@ -25,7 +30,9 @@ import pytest
 from confluent_kafka.admin import NewTopic
 from etcd_cluster import EtcdCluster
 from playwright.sync_api import expect, sync_playwright
-from serve_support import create_topics, eventually, no_traceback, node, sql, wait_log
+from serve_support import create_topics, eventually, no_traceback, node, produce_to, sql, wait_log
+from test_serve_cluster_reassignments import TOPIC, read_all, reassign
+from test_serve_cluster_replicated_topics import described
 
 from livewalgate import WalgateServer
 
@@ -35,6 +42,10 @@ ENABLED = ("--override", "replication.enable=true", "--override", "replica.lag.t
 TIMEOUT_MS = 20_000  # an expectation's bound: the 2 s lease, an election, a membership read, a 1 s poll
 
 pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"no chromium at {CHROMIUM} (apt-get install chromium)")
+
+
+LONG_LEASE = ("--override", "broker.session.timeout.ms=60000")
+"""A paused node stays registered: its move waits for it, neither refused nor done."""
 
 
 def cluster_json(server: WalgateServer) -> dict[str, Any]:
@@ -116,3 +127,47 @@ def test_the_cluster_page_shows_leaders_and_a_killed_leaders_successor(etcd1: Et
         for server in nodes:
             if server is not dead:
                 no_traceback(server)
+
+
+
+def test_the_cluster_page_shows_racks_and_a_move_in_progress(etcd1: EtcdCluster, tmp_path: Path) -> None:
+    with ExitStack() as stack:
+        nodes = [stack.enter_context(node(etcd1, tmp_path, i, *ENABLED, *LONG_LEASE, "--override",
+                                          f"broker.rack=rack-{i}")) for i in (1, 2, 3)]
+        n1, n3 = nodes[0], nodes[2]
+        eventually("three live nodes", lambda: len(sql(n1, "SHOW DNODES")) == 3)
+        create_topics(f"127.0.0.1:{n1.kafka_port}", NewTopic(TOPIC, 1, 3, config={"min.insync.replicas": "2"}))
+        eventually("three in sync", lambda: sorted(described(n1, TOPIC)[0][2]) == [1, 2, 3])
+        assert reassign(n1.kafka_port, [1, 2]) == (0, 0)  # (in sync: done at once)
+        eventually("moved off node 3", lambda: described(n1, TOPIC)[0][1] == [1, 2])
+        values = [b"%04d" % i + b"v" * 1_000 for i in range(50)]
+        produce_to(n1.kafka_port, TOPIC, {0: values})
+        os.kill(n3.proc.pid, signal.SIGSTOP)  # (registered still: its lease is long; it copies nothing meanwhile)
+        try:
+            assert reassign(n1.kafka_port, [1, 2, 3]) == (0, 0)
+            assert [n["rack"] for n in cluster_json(n1)["nodes"]] == ["rack-1", "rack-2", "rack-3"]
+            with sync_playwright() as pw:
+                browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+                try:
+                    page = browser.new_page(viewport={"width": 1400, "height": 900})
+                    page.goto(f"{n1.http_url}/ui#cluster")
+                    for i in (1, 2, 3):
+                        expect(page.locator(f'#node-rows tr[data-node="{i}"] td').nth(3)).to_have_text(
+                            f"rack-{i}", timeout=TIMEOUT_MS)
+                    cells = page.locator(f'#vgroup-rows tr[data-vgroup="{TOPIC}/0"] td')
+                    expect(cells.nth(4)).to_have_text("1, 2, 3", timeout=TIMEOUT_MS)  # replicas: the target's
+                    expect(cells.nth(5)).to_have_text("1, 2")  # ISR: node 3 has copied nothing
+                    expect(cells.nth(7)).to_have_text("3")  # adding
+                    expect(cells.nth(8)).to_have_text("–")  # removing
+                    expect(cells.nth(9)).to_contain_text("moving replicas")
+                    os.kill(n3.proc.pid, signal.SIGCONT)
+                    expect(cells.nth(5)).to_have_text("1, 2, 3", timeout=TIMEOUT_MS)
+                    expect(cells.nth(7)).to_have_text("–", timeout=TIMEOUT_MS)
+                    expect(cells.nth(9)).to_have_text("ok", timeout=TIMEOUT_MS)
+                finally:
+                    browser.close()
+        finally:
+            os.kill(n3.proc.pid, signal.SIGCONT)
+        assert read_all(n3.kafka_port, 50, TOPIC) == values
+        for server in nodes:
+            no_traceback(server)
