@@ -1,6 +1,7 @@
 """Cluster benchmarks: clusters of ``walgate serve --cluster`` nodes, each over one etcd member, started as
 ``walgate cluster up`` starts them (:class:`walgate.gateway.cluster_up.LocalCluster`, on loopback addresses of their
-own).
+own). The scenarios below measure issue 24's cluster, one copy of each vgroup (:data:`ONE_COPY`); the replicated
+cluster's are bench/replicated.py, bench/failover.py and the others that start :func:`cluster` with replication on.
 
 * **Scale-out** (issue 24: 2 nodes against 1, C clients): a 1-node and a 2-node cluster run at once and are measured
   in turns (1, 2, 1, 2, ...: both see the same minutes of this shared machine). Each sample creates a fresh topic of
@@ -16,9 +17,12 @@ own).
 * **Routing cost** (3 nodes, started after the scale-out samples): a producer bootstrapped on node 1 writing to a
   partition on node 2 (Metadata names node 2; the client connects there) against one bootstrapped on node 2: the
   time from a new producer to its first acknowledged record (the redirect: one more connection), and the p50 of
-  one-record produce round trips once connected; Metadata p50 and p99 (AdminClient ``list_topics``; the same topic
-  on both) and FindCoordinator p99 (aiokafka's client, a group's coordinator) of the 3-node cluster against the 1-node
-  one.
+  one-record produce round trips once connected; issue 24's "produce/fetch p50 on a 3-node cluster within 10 % of one
+  node": that produce p50 against a producer's on the 1-node cluster, and the p50 of one Fetch from offset 0,
+  answered at once (aiokafka's client, sent to the leader it learned from Metadata), of the partition on node 2
+  (bootstrapped on node 1) against the same on the 1-node cluster; Metadata p50 and p99 (AdminClient ``list_topics``;
+  the same topic on both) and FindCoordinator p99 (aiokafka's client, a group's coordinator) of the 3-node cluster
+  against the 1-node one.
 * **Control-plane load** (3 nodes): CreateTopics of one-partition topics, ten a request, in turns through the
   controller (it appends the records itself), through another node (a proposal the controller appends) and, for
   the baseline, on a single node without a cluster, a third of the topics each: topics (catalog records appended
@@ -50,6 +54,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from aiokafka.client import AIOKafkaClient, CoordinationType
+from aiokafka.protocol.fetch import FetchRequest
+from aiokafka.structs import TopicPartition as AioTopicPartition
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -60,6 +66,10 @@ from walgate.cluster.etcd import EtcdSession
 from walgate.cluster.model import parse_endpoints
 from walgate.gateway.cluster_up import LocalCluster, free_loopback_block, loopback_hosts, plan
 
+ONE_COPY = ("--override", "replication.enable=false")
+"""Issue 24's cluster: one copy of each vgroup, the group coordinators on the coordinator vgroups' nodes (with
+replicas, the default, a 1- or 2-node cluster has no group coordinator until ``offsets.topic.replication.factor`` is
+set to its size, as Kafka's)."""
 PARTITIONS = 4
 VALUE = 1024
 PORTS = (9092, 6041, 2379, 2380)
@@ -277,6 +287,38 @@ def connected(bootstrap: str, topic: str, partition: int) -> Callable[[], object
     return lambda: delivered(p, topic, partition, b"v" * 100)
 
 
+@contextlib.contextmanager
+def fetched(bootstrap: str, topic: str, partition: int) -> Iterator[Callable[[], object]]:
+    """One Fetch (at most 1 MiB, of the version aiokafka picks) of ``topic``'s ``partition`` from offset 0, answered at once (records are
+    there), sent to the partition's leader through aiokafka's client, which is connected first and learns the leader
+    from Metadata (bootstrapped on ``bootstrap``); the client is closed on exit."""
+    loop = asyncio.new_event_loop()
+
+    async def connect() -> AIOKafkaClient:
+        return AIOKafkaClient(bootstrap_servers=bootstrap)
+
+    client = loop.run_until_complete(connect())  # aiokafka's client is made inside its loop
+    request = FetchRequest(0, 1, 1 << 20, 0, [(topic, [(partition, 0, 1 << 20)])])
+
+    async def fetch(leader: int) -> None:
+        answer = await client.send(leader, request)
+        [(_, [answered])] = answer.topics
+        error, records = answered[1], answered[-1]  # (the fields between differ by version)
+        if error or not records:
+            raise RuntimeError(f"a Fetch of {topic}[{partition}] from offset 0: error {error}, {len(records)} bytes")
+
+    try:
+        loop.run_until_complete(client.bootstrap())
+        client.add_topic(topic)
+        loop.run_until_complete(client.force_metadata_update())
+        leader = client.cluster.leader_for_partition(AioTopicPartition(topic, partition))
+        loop.run_until_complete(fetch(leader))
+        yield lambda: loop.run_until_complete(fetch(leader))
+    finally:
+        loop.run_until_complete(client.close())
+        loop.close()
+
+
 def metadata(bootstrap: str) -> Callable[[], object]:
     """One Metadata request (all topics) through a connected AdminClient."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
@@ -325,9 +367,9 @@ def run(*, quick: bool, repeat: int) -> list[Row]:
     (module docstring)."""
     count = 50_000 if quick else 1_000_000
     with contextlib.ExitStack() as stack:
-        clusters = {n: stack.enter_context(cluster(n)) for n in (1, 2)}
+        clusters = {n: stack.enter_context(cluster(n, *ONE_COPY)) for n in (1, 2)}
         rows = _scale_rows(scale_out(repeat, count, clusters))
-        three = stack.enter_context(cluster(3))
+        three = stack.enter_context(cluster(3, *ONE_COPY))
         rows += _routing_rows(three, clusters[1], quick)
         single = stack.enter_context(walgate(Path(stack.enter_context(tempfile.TemporaryDirectory(
             prefix="walgate-bench-single-")))))
@@ -343,8 +385,11 @@ def _routing_rows(three: LocalCluster, one: LocalCluster, quick: bool) -> list[R
     tries, samples = (5, 300) if quick else (11, 1000)
     routed, direct = interleaved(tries, lambda: first_ack_seconds(node1, "route", partition),
                                  lambda: first_ack_seconds(node2, "route", partition))
-    routed_rt, direct_rt = interleaved(samples, connected(node1, "route", partition),
-                                       connected(node2, "route", partition))
+    routed_rt, direct_rt, one_rt = interleaved(samples, connected(node1, "route", partition),
+                                               connected(node2, "route", partition),
+                                               connected(one.plan.bootstrap, "route", partition))
+    with fetched(node1, "route", partition) as fetch3, fetched(one.plan.bootstrap, "route", partition) as fetch1:
+        fetch3_rt, fetch1_rt = interleaved(samples, fetch3, fetch1)
     meta3, meta1 = interleaved(samples, metadata(three.plan.bootstrap), metadata(one.plan.bootstrap))
     with find_coordinator(three.plan.bootstrap) as find3, find_coordinator(one.plan.bootstrap) as find1:
         coord3, coord1 = interleaved(samples, find3, find1)
@@ -354,6 +399,12 @@ def _routing_rows(three: LocalCluster, one: LocalCluster, quick: bool) -> list[R
             statistics.median(routed) * ms, "ms", "bootstrapped on node 2", statistics.median(direct) * ms),
         Row("cluster routing: produce p50 once connected, via node 1's Metadata", statistics.median(routed_rt) * ms,
             "ms", "bootstrapped on node 2", statistics.median(direct_rt) * ms, Target(1.1, at_most=True, of_limit=True)),
+        Row("cluster routing: produce p50 once connected, 3 nodes (partition on node 2)",
+            statistics.median(routed_rt) * ms, "ms", "1 node", statistics.median(one_rt) * ms,
+            Target(1.1, at_most=True, of_limit=True)),
+        Row("cluster routing: fetch p50 (a Fetch answered at once), 3 nodes (partition on node 2)",
+            statistics.median(fetch3_rt) * ms, "ms", "1 node", statistics.median(fetch1_rt) * ms,
+            Target(1.1, at_most=True, of_limit=True)),
         Row("cluster routing: Metadata p50, 3 nodes", statistics.median(meta3) * ms, "ms", "1 node",
             statistics.median(meta1) * ms),
         Row("cluster routing: Metadata p99, 3 nodes", quantile(meta3, 0.99) * ms, "ms", "1 node",

@@ -1,6 +1,8 @@
 """bench/cluster.py's scale-out rows (issue 24): 2 nodes against 1 as medians of interleaved samples, MB/s from the
 records' value bytes, each process's CPU-seconds per million records and the machine's busy cores in the median
-sample, so that a ratio can be explained."""
+sample, so that a ratio can be explained; and its routing rows taken on a live 3-node and 1-node cluster (a quick
+run: when the replication default made those clusters lose their group coordinator, its FindCoordinator failed and
+no test noticed)."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ import time
 
 import pytest
 
-from bench.cluster import MACHINE, VALUE, Sample, _scale_rows, machine_cpu
+from bench.cluster import MACHINE, ONE_COPY, VALUE, Sample, _routing_rows, _scale_rows, cluster, machine_cpu
 
 
 def _sample(produce_rate: float, fetch_rate: float, nodes: int, load: float) -> Sample:
@@ -46,3 +48,12 @@ def test_the_machine_has_spent_at_least_this_process_s_cpu() -> None:
     before = machine_cpu()
     assert machine_cpu() >= before
     assert machine_cpu() >= time.process_time()
+
+
+def test_routing_quick_run_compares_every_request_of_three_nodes_with_one() -> None:
+    with cluster(3, *ONE_COPY) as three, cluster(1, *ONE_COPY) as one:
+        rows = {r.scenario.split(", 3 nodes")[0]: r for r in _routing_rows(three, one, quick=True)}
+    for name in ("produce p50 once connected", "fetch p50 (a Fetch answered at once)", "Metadata p99",
+                 "FindCoordinator p99"):
+        row = rows[f"cluster routing: {name}"]
+        assert row.value > 0 and row.limit > 0 and row.target is not None, row
