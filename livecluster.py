@@ -29,8 +29,8 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import KafkaException
-from confluent_kafka.admin import AdminClient
 
+from coordinator_admin import described_groups
 from livewalgate import WalgateServer, running_walgate
 from walgate.storage.coordinator_partitions import partition_for
 
@@ -65,17 +65,12 @@ class LiveCluster:
 
 def coordinators_answer(bootstrap: str, partitions: int) -> bool:
     """Whether DescribeConsumerGroups through ``bootstrap`` of one group id of each of the ``partitions`` coordinator
-    partitions is answered without an error (a group that does not exist is described as dead)."""
+    partitions is answered within 15 s without an error (a group that does not exist is described as dead)."""
     groups: dict[int, str] = {}
     for i in range(100 * partitions):  # bounded: ids hash evenly, every partition is named long before
         groups.setdefault(partition_for(f"probe-{i}", partitions), f"probe-{i}")
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    try:
-        for answer in admin.describe_consumer_groups(list(groups.values()), request_timeout=10).values():
-            answer.result(15)
-    except KafkaException:
-        return False
-    return True
+    answers = described_groups(bootstrap, list(groups.values()), 15)
+    return len(answers) == len(groups) and not any(isinstance(a, KafkaException) for a in answers.values())
 
 
 def _ready_nodes(server: WalgateServer) -> set[int]:

@@ -19,6 +19,7 @@ import re
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
@@ -94,6 +95,17 @@ def walgate_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("WALGATE_")}
 
 
+def dying_with_this_process(command: Sequence[str]) -> list[str]:
+    """``command`` run so that it is killed (SIGKILL) when the test process dies: a test process that dies without
+    running its finalizers (librdkafka's abort(), kill -9 of an xdist worker) would otherwise leave the servers it
+    started running for the rest of the run. ``setpriv --pdeathsig`` (util-linux) keeps the PID: the child execs
+    ``command``. Only from the main thread: Linux sends the signal when the thread that started the child ends, and
+    only the main thread lasts as long as the process (elsewhere ``command`` is returned as it is)."""
+    if threading.current_thread() is not threading.main_thread():
+        return list(command)
+    return ["setpriv", "--pdeathsig", "KILL", *command]
+
+
 def stop_process(proc: subprocess.Popen[bytes], timeout: float = STOP_TIMEOUT) -> int:
     """SIGTERM ``proc`` (by PID), SIGKILL it if it has not exited within ``timeout``; returns its exit code."""
     if proc.poll() is None:
@@ -130,8 +142,8 @@ def running_walgate(
     log_path = workdir / "walgate.log"
     with log_path.open("wb") as log:
         proc = subprocess.Popen(
-            command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env or walgate_env(),
-            preexec_fn=preexec_fn,
+            dying_with_this_process(command), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            env=env or walgate_env(), preexec_fn=preexec_fn,
         )
     server = WalgateServer("", kafka_port, data_dir, proc, log_path)
     try:

@@ -32,12 +32,12 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from confluent_kafka import Consumer, Producer
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import Consumer, KafkaException, Producer
 
 from bench.produce import PARTITIONS, create
 from bench.report import Row
 from bench.servers import cpu_seconds, noida, rss_mb, walgate
+from coordinator_admin import described_groups
 
 SESSION_MS, HEARTBEAT_MS = 6000, 2000
 WALGATE_FLAGS = ("--group-consumer-session-timeout-ms", str(SESSION_MS),
@@ -203,11 +203,16 @@ def idle_members(bootstrap: str, pid: int, topic: str, members: int, windows: in
     children = [subprocess.Popen([sys.executable, "-c", IDLE_CHILD, bootstrap, topic, str(first),
                                   str(min(per_process, members - first)), str(per_group)])
                 for first in range(0, members, per_process)]
-    admin = AdminClient({"bootstrap.servers": bootstrap})
     groups = [f"idle-{g}" for g in range(members // per_group)]
 
-    def described() -> list:
-        return [f.result(30) for f in admin.describe_consumer_groups(groups, request_timeout=30).values()]
+    def described() -> list:  # (coordinator_admin: no librdkafka timeout that could abort the bench)
+        answers = described_groups(bootstrap, groups, 30)
+        if len(answers) < len(groups):
+            raise TimeoutError(f"{len(groups) - len(answers)} groups not described within 30 s")
+        for answer in answers.values():
+            if isinstance(answer, KafkaException):
+                raise answer
+        return list(answers.values())
 
     try:
         wait_for(lambda: sum(len(d.members) for d in described()) == members, f"{members} members joined", 300, 1)

@@ -206,13 +206,18 @@ def read_records(pyclient: Callable[..., Run], bootstrap: str, topic: str, *args
 
 
 def committed_offsets(bootstrap: str, group: str, topic: str) -> dict[int, int]:
-    """The offsets ``group`` has committed on ``topic`` (partition -> offset), read with confluent-kafka's admin."""
-    from confluent_kafka import ConsumerGroupTopicPartitions
-    from confluent_kafka.admin import AdminClient
+    """The offsets ``group`` has committed on ``topic`` (partition -> offset), read with confluent-kafka's admin
+    (:mod:`coordinator_admin`: no librdkafka timeout that could abort this process)."""
+    from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException
 
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    result = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)], request_timeout=10)[group]
-    return {tp.partition: tp.offset for tp in result.result(timeout=15).topic_partitions
+    from coordinator_admin import coordinator_answers
+
+    answers = coordinator_answers(bootstrap, lambda admin, timeout: admin.list_consumer_group_offsets(
+        [ConsumerGroupTopicPartitions(group)], request_timeout=timeout), 15)
+    assert group in answers, f"ListConsumerGroupOffsets of {group} not answered within 15 s"
+    if isinstance(answers[group], KafkaException):
+        raise answers[group]
+    return {tp.partition: tp.offset for tp in answers[group].topic_partitions
             if tp.topic == topic and tp.offset >= 0 and tp.error is None}
 
 

@@ -191,12 +191,15 @@ def test_cluster_spreads_partitions_and_groups(power):
     from confluent_kafka import ConsumerGroupState
     from confluent_kafka.admin import AdminClient
 
+    from coordinator_admin import described_groups
+
     admin = AdminClient({"bootstrap.servers": power.bootstrap})
     md = admin.list_topics("topic_meters", timeout=15)
     leaders = {p.id: p.leader for p in md.topics["topic_meters"].partitions.values()}
     assert sorted(leaders) == list(range(data.VGROUPS)) and set(leaders.values()) == {1, 2, 3}, leaders
     groups = [f"matrix-spread-{i}" for i in range(12)]
-    described = {g: f.result(timeout=30) for g, f in admin.describe_consumer_groups(groups, request_timeout=20).items()}
+    described = described_groups(power.bootstrap, groups, 30)
+    assert len(described) == len(groups), described
     assert {d.state for d in described.values()} == {ConsumerGroupState.DEAD}  # no such group yet: asked all the same
     assert {d.coordinator.id for d in described.values()} == {1, 2, 3}, \
         {g: d.coordinator.id for g, d in described.items()}

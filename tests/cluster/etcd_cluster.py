@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from livewalgate import free_port
+from livewalgate import dying_with_this_process, free_port
 
 __all__ = ["EtcdCluster", "Member", "etcd_cluster", "free_port"]
 
@@ -69,7 +69,8 @@ class Member:
                 "--initial-cluster-state", "new", "--heartbeat-interval", "100", "--election-timeout", "1000",
                 "--logger", "zap", "--log-outputs", "stderr"]
         with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(args, stdout=log, stderr=log, stdin=subprocess.DEVNULL)
+            self.proc = subprocess.Popen(dying_with_this_process(args), stdout=log, stderr=log,
+                                         stdin=subprocess.DEVNULL)
 
     def healthy(self) -> bool:
         """Whether the member answers /health with a leader (a quorum)."""

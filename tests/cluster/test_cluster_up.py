@@ -29,6 +29,7 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from serve_support import eventually, poll_until
 
+from coordinator_admin import described_groups
 from livewalgate import walgate_env
 from walgate.gateway.cli import ApiClient
 from walgate.gateway.cluster_up import free_loopback_block, plan
@@ -140,11 +141,10 @@ def test_cluster_up_serves_a_client_through_the_printed_bootstrap_list_and_sigte
         coordinators: list[set[int]] = []
 
         def described() -> bool:  # __consumer_offsets is made by the first lookup, then loaded by its leaders
-            try:
-                answers = admin.describe_consumer_groups([f"group-{i}" for i in range(12)], request_timeout=10)
-                coordinators.append({f.result(15).coordinator.id for f in answers.values()})
-            except KafkaException:  # COORDINATOR_LOAD_IN_PROGRESS meanwhile, which librdkafka's admin does not retry
-                return False
+            answers = described_groups(bootstrap, [f"group-{i}" for i in range(12)], 15)
+            if len(answers) < 12 or any(isinstance(a, KafkaException) for a in answers.values()):
+                return False  # COORDINATOR_LOAD_IN_PROGRESS meanwhile, which librdkafka's admin does not retry
+            coordinators.append({a.coordinator.id for a in answers.values()})
             return True
 
         eventually("every group described", described)

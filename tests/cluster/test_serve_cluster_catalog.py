@@ -37,6 +37,7 @@ from confluent_kafka.admin import (
 from etcd_cluster import EtcdCluster, free_port
 from serve_support import eventually, no_traceback, node, sql, two_nodes, wait_log
 
+from coordinator_admin import described_groups
 from livewalgate import WalgateServer, walgate_env
 
 AUTHORIZER = ["--override", "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
@@ -210,16 +211,15 @@ def test_without_an_etcd_majority_changes_are_refused_and_data_goes_on(etcd3: Et
         eventually("node 1 is the controller", lambda: "node 1: controller" in n1.log())
         create_topic(n1.kafka_port, "data")
         assert produce(n1.kafka_port, "data", b"one") is None
-        placing = admin(n1.kafka_port)  # a first group lookup places the group coordinators: it needs etcd once
-        described: list[str] = []
+        described: list[str] = []  # a first group lookup places the group coordinators: it needs etcd once
 
         def answered() -> bool:  # (COORDINATOR_LOAD_IN_PROGRESS while __consumer_offsets, made now, is first loaded)
-            try:
-                described.append(placing.describe_consumer_groups(["g"])["g"].result(30).group_id)
-            except KafkaException as e:
-                if e.args[0].code() != KafkaError.COORDINATOR_LOAD_IN_PROGRESS:
-                    raise
+            answer = described_groups(f"127.0.0.1:{n1.kafka_port}", ["g"], 30).get("g")
+            if answer is None or isinstance(answer, KafkaException):
+                if answer is not None and answer.args[0].code() != KafkaError.COORDINATOR_LOAD_IN_PROGRESS:
+                    raise answer
                 return False
+            described.append(answer.group_id)
             return True
 
         eventually("group g described", answered)

@@ -13,10 +13,12 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import NewTopic
 from etcd_cluster import EtcdCluster
 from serve_support import create_topics, eventually, no_traceback, produce_to
 from test_serve_cluster_replicated_topics import bootstrap, three_nodes
+
+from coordinator_admin import described_groups
 
 GROUP, TOPIC = "failover-group", "cf"
 _MOVING = (KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError.NOT_COORDINATOR,
@@ -25,15 +27,14 @@ _MOVING = (KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.COORDINATOR_NOT_A
 
 def _coordinator(servers: str) -> int:
     """The node FindCoordinator names for :data:`GROUP` (through AdminClient's describe); -1 while the describe gets a
-    retriable error (COORDINATOR_LOAD_IN_PROGRESS while the new leader loads the partition) or times out."""
-    admin = AdminClient({"bootstrap.servers": servers})
-    [future] = admin.describe_consumer_groups([GROUP], request_timeout=10).values()
-    try:
-        return future.result(15).coordinator.id
-    except KafkaException as exc:
-        if not exc.args[0].retriable() and exc.args[0].code() not in _MOVING:
-            raise
+    retriable error (COORDINATOR_LOAD_IN_PROGRESS while the new leader loads the partition) or is not answered within
+    15 s (:mod:`coordinator_admin`: librdkafka's own timeout would abort the process here)."""
+    answer = described_groups(servers, [GROUP], 15).get(GROUP)
+    if isinstance(answer, KafkaException):
+        if not answer.args[0].retriable() and answer.args[0].code() not in _MOVING:
+            raise answer
         return -1
+    return -1 if answer is None else int(answer.coordinator.id)
 
 
 def _committed(servers: str) -> dict[int, int]:

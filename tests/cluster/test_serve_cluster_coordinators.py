@@ -37,6 +37,7 @@ from serve_support import (
 )
 from test_serve_cluster import serve_fails
 
+from coordinator_admin import described_groups
 from tests.gateway.gateway_helpers import KafkaConnection, build, kio_classes
 from walgate.cluster.coordinators import CoordinatorPlacement
 from walgate.cluster.etcd import EtcdSession
@@ -163,8 +164,7 @@ def test_each_group_is_coordinated_by_the_node_of_its_partition(etcd1: EtcdClust
             _consume_and_commit(n1.kafka_port, g2)  # bootstrapped on node 1, coordinated by node 2
             _consume_and_commit(n2.kafka_port, g1)  # and the reverse
             assert _committed(n1.kafka_port, g2) == _committed(n2.kafka_port, g1) == {0: 10, 1: 10}
-            admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{n1.kafka_port}"})  # kept until answered
-            described = {g: f.result(30) for g, f in admin.describe_consumer_groups([g1, g2]).items()}
+            described = described_groups(f"127.0.0.1:{n1.kafka_port}", [g1, g2], 30)
             assert {g: d.coordinator.id for g, d in described.items()} == {g1: 1, g2: 2}
 
             java_classic, java_848 = _group_of(placement, 2, "java-classic"), _group_of(placement, 1, "java-848")

@@ -41,6 +41,8 @@ confluent_kafka = pytest.importorskip("confluent_kafka")
 from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, ConfigResource, NewPartitions, NewTopic  # noqa: E402
 
+from coordinator_admin import deleted_groups, described_groups  # noqa: E402
+
 kafka = pytest.importorskip("kafka")  # kafka-python: the only client here sending OffsetDelete
 from kafka.admin import KafkaAdminClient  # noqa: E402
 
@@ -143,8 +145,8 @@ def clients(bootstrap: str, http: str) -> None:
     assert times[0].offset == 0
     classic.close()
     kip848 = consume({**base, "group.id": "kip848", "group.protocol": "consumer"}, "rows_in", 6)
-    described = admin.describe_consumer_groups(["kip848", "classic"])
-    assert {g: f.result(30).group_id for g, f in described.items()} == {"kip848": "kip848", "classic": "classic"}
+    described = described_groups(bootstrap, ["kip848", "classic"], 30)
+    assert {g: d.group_id for g, d in described.items()} == {"kip848": "kip848", "classic": "classic"}
     kip848.close()
     assert {g.group_id for g in admin.list_consumer_groups().result(30).valid} >= {"classic", "kip848"}
     [deleted] = admin.delete_records([TopicPartition("native", 0, 1)]).values()
@@ -158,7 +160,7 @@ def clients(bootstrap: str, http: str) -> None:
     assert {row[1] for row in sql(http, "SHOW CONSUMERS")["data"]} <= {"classic", "kip848"}
     assert any(row[1] == "classic" for row in sql(http, "SHOW SUBSCRIPTIONS")["data"])
     sql(http, "DROP CONSUMER GROUP IF EXISTS classic ON native")
-    admin.delete_consumer_groups(["classic"])["classic"].result(30)
+    assert deleted_groups(bootstrap, ["classic"], 30) == {"classic": None}
     admin.delete_topics(["native"])["native"].result(30)
     assert sql(http, "SHOW TOPICS")["rows"] == 1
     assert sql(http, "SELECT COUNT(*) FROM st.meters")["data"] == [[6]]  # prepared here, run in a query worker
