@@ -19,9 +19,9 @@ cluster's are bench/replicated.py, bench/failover.py and the others that start :
   time from a new producer to its first acknowledged record (the redirect: one more connection), and the p50 of
   one-record produce round trips once connected; issue 24's "produce/fetch p50 on a 3-node cluster within 10 % of one
   node": that produce p50 against a producer's on the 1-node cluster, and the p50 of one Fetch from offset 0,
-  answered at once (aiokafka's client, sent to the leader it learned from Metadata), of the partition on node 2
-  (bootstrapped on node 1) against the same on the 1-node cluster; Metadata p50 and p99 (AdminClient ``list_topics``;
-  the same topic on both) and FindCoordinator p99 (aiokafka's client, a group's coordinator) of the 3-node cluster
+  answered at once (its first batch alone; aiokafka's client, to the leader it learned from Metadata), of the
+  partition on node 2 (bootstrapped on node 1) against the same on the 1-node cluster; Metadata p50 and p99
+  (AdminClient ``list_topics``; the same topic on both) and FindCoordinator p99 (aiokafka's client, a group's coordinator) of the 3-node cluster
   against the 1-node one.
 * **Control-plane load** (3 nodes): CreateTopics of one-partition topics, ten a request, in turns through the
   controller (it appends the records itself), through another node (a proposal the controller appends) and, for
@@ -289,16 +289,17 @@ def connected(bootstrap: str, topic: str, partition: int) -> Callable[[], object
 
 @contextlib.contextmanager
 def fetched(bootstrap: str, topic: str, partition: int) -> Iterator[Callable[[], object]]:
-    """One Fetch (at most 1 MiB, of the version aiokafka picks) of ``topic``'s ``partition`` from offset 0, answered at once (records are
-    there), sent to the partition's leader through aiokafka's client, which is connected first and learns the leader
-    from Metadata (bootstrapped on ``bootstrap``); the client is closed on exit."""
+    """One Fetch of ``topic``'s ``partition`` from offset 0 for 1 byte (its answer: the first batch alone, KIP-74, so
+    that partitions holding different amounts are alike), answered at once, sent to the partition's leader through
+    aiokafka's client (the version it picks), which is connected first and learns the leader from Metadata
+    (bootstrapped on ``bootstrap``); the client is closed on exit."""
     loop = asyncio.new_event_loop()
 
     async def connect() -> AIOKafkaClient:
         return AIOKafkaClient(bootstrap_servers=bootstrap)
 
     client = loop.run_until_complete(connect())  # aiokafka's client is made inside its loop
-    request = FetchRequest(0, 1, 1 << 20, 0, [(topic, [(partition, 0, 1 << 20)])])
+    request = FetchRequest(0, 1, 1, 0, [(topic, [(partition, 0, 1)])])  # (KIP-74: the first batch, whatever its size)
 
     async def fetch(leader: int) -> None:
         answer = await client.send(leader, request)

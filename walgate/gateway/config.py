@@ -96,7 +96,9 @@ KAFKA_IGNORED: dict[str, str] = {
         (("socket.send.buffer.bytes", "socket.receive.buffer.bytes"), "the kernel's buffer sizes are used"),
         (("transaction.state.log.replication.factor",
           "transaction.state.log.min.isr", "share.coordinator.state.topic.replication.factor",
-          "share.coordinator.state.topic.min.isr"), "the coordinators' state has one copy, on its node (issue 25)"),
+          "share.coordinator.state.topic.min.isr"),
+         "the transaction and share coordinators' state lives in __consumer_offsets with the groups' "
+         "(offsets.topic.replication.factor)"),
         (("unclean.leader.election.enable",), "set per topic, or cluster-wide as a dynamic broker config"),
         (("log.retention.hours", "log.retention.minutes", "log.retention.ms", "log.retention.bytes",
           "log.segment.bytes", "log.retention.check.interval.ms", "log.flush.interval.messages",

@@ -16,6 +16,7 @@ from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.node_auth import from_cluster_node
 from walgate.security.acl import CLUSTER_NAME, SUPPORTED_OPERATIONS, Operation, ResourceType, authorized_bits
+from walgate.security.authorizer import Authorizer
 
 __all__ = ["allowed", "allowed_names", "cluster_allowed", "checker", "config_denials", "by_resource_type", "operations", "NOT_REQUESTED",
            "Operation", "ResourceType"]
@@ -24,10 +25,17 @@ NOT_REQUESTED = -(2**31)
 """The authorized-operations value of a response that did not ask for them (Kafka's Integer.MIN_VALUE)."""
 
 
+def _judge(broker: Broker, ctx: RequestContext) -> Authorizer | None:
+    """The authorizer that judges the request; None when everything is allowed (no authorizer, or a request of
+    another node of the cluster: the module docstring)."""
+    auth = broker.authorizer
+    return None if auth is None or from_cluster_node(broker, ctx) else auth
+
+
 def allowed(broker: Broker, ctx: RequestContext, op: Operation, rtype: ResourceType, name: str) -> bool:
     """The request's principal may ``op`` the resource (always, without an authorizer)."""
-    auth = broker.authorizer
-    return auth is None or from_cluster_node(broker, ctx) or auth.authorize(ctx.principal, ctx.peer, op, rtype, name)
+    auth = _judge(broker, ctx)
+    return auth is None or auth.authorize(ctx.principal, ctx.peer, op, rtype, name)
 
 
 def cluster_allowed(broker: Broker, ctx: RequestContext, op: Operation) -> bool:
@@ -36,8 +44,8 @@ def cluster_allowed(broker: Broker, ctx: RequestContext, op: Operation) -> bool:
 
 def allowed_names(broker: Broker, ctx: RequestContext, op: Operation, rtype: ResourceType, names: Iterable[str]) -> set[str]:
     """Those of ``names`` the principal may ``op`` (Kafka's ``filterByAuthorized``)."""
-    auth = broker.authorizer
-    if auth is None or from_cluster_node(broker, ctx):
+    auth = _judge(broker, ctx)
+    if auth is None:
         return set(names)
     principal, host = ctx.principal, ctx.peer
     return {n for n in set(names) if auth.authorize(principal, host, op, rtype, n)}
@@ -46,8 +54,8 @@ def allowed_names(broker: Broker, ctx: RequestContext, op: Operation, rtype: Res
 def checker(broker: Broker, ctx: RequestContext, op: Operation, rtype: ResourceType) -> Callable[[str], bool] | None:
     """A test of resource names for the request's principal and host, to run anywhere (the storage thread
     included); None without an authorizer (everything allowed)."""
-    auth = broker.authorizer
-    if auth is None or from_cluster_node(broker, ctx):
+    auth = _judge(broker, ctx)
+    if auth is None:
         return None
     principal, host = ctx.principal, ctx.peer
     return lambda name: auth.authorize(principal, host, op, rtype, name)
@@ -55,9 +63,8 @@ def checker(broker: Broker, ctx: RequestContext, op: Operation, rtype: ResourceT
 
 def by_resource_type(broker: Broker, ctx: RequestContext, op: Operation, rtype: ResourceType) -> bool:
     """The principal may ``op`` some resource of ``rtype`` (Kafka's ``authorizeByResourceType``)."""
-    auth = broker.authorizer
-    return auth is None or from_cluster_node(broker, ctx) or auth.authorize_by_resource_type(ctx.principal, ctx.peer, op,
-                                                                                             rtype)
+    auth = _judge(broker, ctx)
+    return auth is None or auth.authorize_by_resource_type(ctx.principal, ctx.peer, op, rtype)
 
 
 _CONFIG_RESOURCES = {2: (ResourceType.TOPIC, 29), 4: (ResourceType.CLUSTER, 31), 8: (ResourceType.CLUSTER, 31),
@@ -83,7 +90,7 @@ def config_denials(broker: Broker, ctx: RequestContext, op: Operation, resources
 
 def operations(broker: Broker, ctx: RequestContext, rtype: ResourceType, name: str) -> int:
     """The authorized-operations bit field of a resource for the principal (all supported, without ACLs)."""
-    auth = broker.authorizer
-    if auth is None or from_cluster_node(broker, ctx):
+    auth = _judge(broker, ctx)
+    if auth is None:
         return authorized_bits(list(SUPPORTED_OPERATIONS[rtype]))
     return auth.authorized_operations(ctx.principal, ctx.peer, rtype, name)
