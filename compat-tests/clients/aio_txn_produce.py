@@ -18,7 +18,7 @@ import time
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 from ck_produce import spec
-from ck_txn_produce import parse
+from ck_txn_produce import parse, planned_transactions
 from common import emit
 
 
@@ -63,10 +63,9 @@ async def main() -> None:
         emit("error", message=f"the producer did not start in {args.timeout} s")
         raise SystemExit(2)
     counts = {"committed": 0, "aborted": 0, "unknown": 0}
-    first = args.first
-    while first < args.first + args.count and time.monotonic() < deadline:
-        indexes = list(range(first, min(first + args.per_transaction, args.first + args.count)))
-        planned = args.abort_every > 0 and (first // args.per_transaction) % args.abort_every == args.abort_every - 1
+    for indexes, planned in planned_transactions(args):
+        if time.monotonic() >= deadline:
+            break
         errors: list[str] = []
         outcome = "unknown"
         p = current
@@ -96,7 +95,6 @@ async def main() -> None:
                 errors.append(f"abort_transaction: {type(exc).__name__}: {exc}")
         emit("transaction", records=indexes, outcome=outcome, planned=planned, errors=errors)
         counts[outcome] += 1
-        first += len(indexes)
         if outcome == "unknown":  # the producer cannot go on: a new one with the same transactional id
             await p.stop()
             current = await producer()

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from ck_produce import spec
@@ -45,6 +46,14 @@ def parse() -> argparse.Namespace:
     ap.add_argument("--pace-ms", type=float, default=0.0, help="pause this long after each record's send")
     ap.add_argument("--timeout", type=float, default=60.0, help="the run's deadline in seconds")
     return ap.parse_args()
+
+
+def planned_transactions(args: argparse.Namespace) -> Iterator[tuple[list[int], bool]]:
+    """Each transaction's record indexes, in order, and whether it is aborted on purpose (the module docstring)."""
+    end = args.first + args.count
+    for first in range(args.first, end, args.per_transaction):
+        yield (list(range(first, min(first + args.per_transaction, end))),
+               args.abort_every > 0 and (first // args.per_transaction) % args.abort_every == args.abort_every - 1)
 
 
 class Fatal(Exception):
@@ -120,10 +129,9 @@ def main() -> None:
         emit("error", message=f"init_transactions did not succeed in {args.timeout} s")
         raise SystemExit(2)
     counts = {"committed": 0, "aborted": 0, "unknown": 0}
-    first = args.first
-    while first < args.first + args.count and time.monotonic() < deadline:
-        indexes = list(range(first, min(first + args.per_transaction, args.first + args.count)))
-        planned = args.abort_every > 0 and (first // args.per_transaction) % args.abort_every == args.abort_every - 1
+    for indexes, planned in planned_transactions(args):
+        if time.monotonic() >= deadline:
+            break
         errors: list[str] = []
         outcome = "unknown"
         p = current
@@ -148,7 +156,6 @@ def main() -> None:
         p.poll(0)
         emit("transaction", records=indexes, outcome=outcome, planned=planned, errors=errors)
         counts[outcome] += 1
-        first += len(indexes)
         if current is None:  # fatal: the producer is done; a new one with the same transactional id
             p.flush(0)
             current = producer()
