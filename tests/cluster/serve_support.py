@@ -30,7 +30,7 @@ from walgate.cluster.model import Keys
 sys.path.insert(0, str(Path(__file__).parents[2] / "compat-tests"))
 import setup_clients  # noqa: E402
 
-__all__ = ["WAIT_S", "ONE_COPY", "cluster_args", "node", "two_nodes", "sql", "readyz", "eventually", "wait_log",
+__all__ = ["WAIT_S", "ONE_COPY", "all_ready", "cluster_args", "node", "two_nodes", "sql", "readyz", "eventually", "wait_log",
            "describe_cluster", "java_events", "registered_nodes", "node_token", "no_traceback", "produce_to"]
 
 JAVA_DIR = Path(__file__).parents[2] / "compat-tests" / "java"
@@ -89,6 +89,14 @@ def eventually(what: str, check: Callable[[], bool]) -> None:
         if time.monotonic() > deadline:
             pytest.fail(f"not within {WAIT_S:g} s: {what}")
         time.sleep(0.1)
+
+
+def all_ready(nodes: list[WalgateServer]) -> None:
+    """Until every node of ``nodes`` lists them all ``ready`` in SHOW DNODES, each in its own view (the one a request
+    reaches). Listed is not enough: a node listed but not yet registered is ``offline``, and placing ``REPLICA n``
+    then answers 400 "Out of dnodes" (a full CI run of 2026-12-01 failed so)."""
+    eventually(f"{len(nodes)} ready nodes", lambda: all(
+        [r[2] for r in sql(n, "SHOW DNODES")] == ["ready"] * len(nodes) for n in nodes))
 
 
 def create_topics(servers: str, *topics: NewTopic) -> None:

@@ -30,7 +30,7 @@ import pytest
 from confluent_kafka.admin import NewTopic
 from etcd_cluster import EtcdCluster
 from playwright.sync_api import expect, sync_playwright
-from serve_support import create_topics, eventually, no_traceback, node, produce_to, sql, wait_log
+from serve_support import all_ready, create_topics, eventually, no_traceback, node, produce_to, sql, wait_log
 from test_serve_cluster_reassignments import TOPIC, read_all, reassign
 from test_serve_cluster_replicated_topics import described
 
@@ -58,7 +58,7 @@ def test_the_cluster_page_shows_leaders_and_a_killed_leaders_successor(etcd1: Et
         n1 = stack.enter_context(node(etcd1, tmp_path, 1, *ENABLED))
         wait_log(n1, "node 1: controller")
         nodes = [n1, *(stack.enter_context(node(etcd1, tmp_path, i, *ENABLED)) for i in (2, 3))]
-        eventually("three live nodes", lambda: len(sql(n1, "SHOW DNODES")) == 3)
+        all_ready(nodes)
         sql(n1, "CREATE DATABASE r VGROUPS 3 REPLICA 3")
         sql(n1, "CREATE DATABASE power VGROUPS 1")
         create_topics(f"127.0.0.1:{n1.kafka_port}", NewTopic("events", 2, 3))
@@ -135,7 +135,7 @@ def test_the_cluster_page_shows_racks_and_a_move_in_progress(etcd1: EtcdCluster,
         nodes = [stack.enter_context(node(etcd1, tmp_path, i, *ENABLED, *LONG_LEASE, "--override",
                                           f"broker.rack=rack-{i}")) for i in (1, 2, 3)]
         n1, n3 = nodes[0], nodes[2]
-        eventually("three live nodes", lambda: len(sql(n1, "SHOW DNODES")) == 3)
+        all_ready(nodes)
         create_topics(f"127.0.0.1:{n1.kafka_port}", NewTopic(TOPIC, 1, 3, config={"min.insync.replicas": "2"}))
         eventually("three in sync", lambda: sorted(described(n1, TOPIC)[0][2]) == [1, 2, 3])
         assert reassign(n1.kafka_port, [1, 2]) == (0, 0)  # (in sync: done at once)

@@ -27,7 +27,7 @@ from confluent_kafka.admin import AdminClient
 from etcd_cluster import EtcdCluster
 from kio.schema.fetch.v12 import request as fetch_v12
 from kio.schema.list_offsets.v7 import request as list_offsets_v7
-from serve_support import eventually, leader_of, no_traceback, node, poll_until, sql, wait_log
+from serve_support import all_ready, eventually, leader_of, no_traceback, node, poll_until, sql, wait_log
 from test_serve_cluster_sql import db_id
 
 from livewalgate import WalgateServer
@@ -71,7 +71,7 @@ def test_replica_3_database_copied_to_every_node(etcd1: EtcdCluster, tmp_path: P
         n1 = stack.enter_context(node(etcd1, tmp_path, 1, *SESSION))
         wait_log(n1, "node 1: controller")
         nodes = [n1, *(stack.enter_context(node(etcd1, tmp_path, i, *SESSION)) for i in (2, 3))]
-        eventually("three live nodes", lambda: len(sql(n1, "SHOW DNODES")) == 3)
+        all_ready(nodes)
         sql(n1, f"CREATE DATABASE r VGROUPS {VGROUPS} REPLICA 3 WAL_LEVEL 2 WAL_FSYNC_PERIOD 0")
         sql(n1, "CREATE STABLE r.st (ts TIMESTAMP, v INT) TAGS (site INT)")
         rid = db_id(n1, "r")
@@ -158,7 +158,7 @@ def one_vgroup_on_three(stack: ExitStack, etcd: EtcdCluster, tmp_path: Path, db:
     n1 = stack.enter_context(node(etcd, tmp_path, 1, *args))
     wait_log(n1, "node 1: controller")
     nodes = [n1, *(stack.enter_context(node(etcd, tmp_path, i, *args)) for i in (2, 3))]
-    eventually("three live nodes", lambda: len(sql(n1, "SHOW DNODES")) == 3)
+    all_ready(nodes)
     sql(n1, f"CREATE DATABASE {db} VGROUPS 1 REPLICA 3 WAL_LEVEL 2 WAL_FSYNC_PERIOD 0")
     sql(n1, f"CREATE STABLE {db}.st (ts TIMESTAMP, v INT) TAGS (site INT)")
     eventually("a leader", lambda: leader_of(nodes, db, 0) is not None)

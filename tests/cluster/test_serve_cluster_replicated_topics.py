@@ -41,7 +41,7 @@ from confluent_kafka.admin import (
 from etcd_cluster import EtcdCluster
 from history import Assign, FinalRead, Op, Poll, Send, Write, check
 from replica_copies import replica_copies
-from serve_support import create_topics, eventually, leader_of, no_traceback, node, produce_to, sql, wait_log
+from serve_support import all_ready, create_topics, eventually, leader_of, no_traceback, node, produce_to, wait_log
 from test_serve_cluster_sql import catalog_records
 
 from livewalgate import WalgateServer
@@ -67,8 +67,7 @@ def three_nodes(stack: ExitStack, etcd: EtcdCluster, tmp_path: Path, *args: str)
     n1 = stack.enter_context(node(etcd, tmp_path, 1, *ARGS, *args))
     wait_log(n1, "node 1: controller")
     nodes = [n1, *(stack.enter_context(node(etcd, tmp_path, i, *ARGS, *args)) for i in (2, 3))]
-    eventually("three ready nodes", lambda: all([r[2] for r in sql(n, "SHOW DNODES")] == ["ready"] * 3
-                                                for n in nodes))  # (each node's view: the one a request reaches)
+    all_ready(nodes)
     return nodes
 
 

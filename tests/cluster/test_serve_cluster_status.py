@@ -23,7 +23,7 @@ from typing import Any
 
 from etcd_cluster import EtcdCluster
 from prometheus_client.parser import text_string_to_metric_families
-from serve_support import eventually, no_traceback, node, readyz, sql, wait_log
+from serve_support import all_ready, eventually, no_traceback, node, readyz, sql, wait_log
 
 from livewalgate import WALGATE, WalgateServer, walgate_env
 from walgate.admin.cluster_status import ClusterView, cluster_view, health, read_cluster
@@ -69,7 +69,7 @@ def test_a_replicated_cluster_seen_through_its_etcd_its_metrics_and_readyz(etcd1
         with node(etcd1, tmp_path, 2, *ENABLED) as n2:
             with node(etcd1, tmp_path, 3, *ENABLED) as n3:
                 nodes = [n1, n2, n3]
-                eventually("three live nodes", lambda: len(sql(n1, "SHOW DNODES")) == 3)
+                all_ready(nodes)
                 sql(n1, "CREATE DATABASE r VGROUPS 2 REPLICA 3")
 
                 def whole() -> bool:
