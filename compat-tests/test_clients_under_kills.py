@@ -43,15 +43,15 @@ whole again (as an operator's rolling restart waits for no under-replicated part
    not sent, per partition in offset order between two assignment events (the history's checker, an
    :class:`~history.Assign` at each), and, after the stop, the group's committed offsets are the partitions' ends.
 5. A transactional producer (confluent-kafka, clients/ck_txn_produce.py; aiokafka, clients/aio_txn_produce.py;
-   kafka-python, clients/kp_txn_produce.py; the Java producer on kafka-clients 4.3.0, java/TransactionalLoop.java:
-   one scenario each, its ``transactional.id`` fixed) runs again and again on records of its own,
+   kafka-python, clients/kp_txn_produce.py; kafkajs, node/kjs_txn_produce.js; the Java producer on kafka-clients
+   4.3.0, java/TransactionalLoop.java: one scenario each, its ``transactional.id`` fixed) runs again and again on records of its own,
    :data:`PER_TRANSACTION` records a transaction, every :data:`ABORT_EVERY`-th aborted on purpose once its
    records were delivered; the kills start once it has committed. Its coordinator is the leader of the id's
    ``__consumer_offsets`` partition (replicated: it fails over with its node); it handles errors as its client's
    documentation says (librdkafka: retriable, the call again; abortable, abort_transaction and on; fatal, a new producer
    of the same id. KafkaProducer's javadoc, KIP-1050: a TimeoutException of commit / abort, the call again;
    ProducerFencedException, OutOfOrderSequenceException and the other fatal ones, a new producer; any other
-   KafkaException, abortTransaction and on. aiokafka, kafka-python: an error while the transaction runs,
+   KafkaException, abortTransaction and on. aiokafka, kafka-python, kafkajs: an error while the transaction runs,
    abort_transaction and on; a failed commit or abort, the outcome unknown and a new producer). Each transaction is one history Send (committed ``ok``, aborted ``fail``,
    neither ``info``); after the round one more ``init_transactions`` of the id aborts whatever a run left open, and then
    a read_committed read of every partition holds every record of every committed transaction exactly once, in the
@@ -59,7 +59,7 @@ whole again (as an operator's rolling restart waits for no under-replicated part
    read_uncommitted read holds the committed ones the same way and every delivered record of the aborts on purpose; some
    run committed while each node was down.
 
-Not here yet: kafkajs's transactional producer, and the PySpark job (tests/pipeline, ``WALGATE_SPARK_KAFKA_JARS``).
+Not here yet: the PySpark job (tests/pipeline, ``WALGATE_SPARK_KAFKA_JARS``).
 KIP-848's protocol is in the rounds through the clients that have it (confluent-kafka, the Java consumer); kafkajs,
 kafka-python and aiokafka have only the classic one.
 
@@ -671,17 +671,24 @@ def in_index_order(reads: list[Op]) -> list[str]:
     return bad
 
 
-@pytest.fixture(params=["confluent-kafka", "aiokafka", "kafka-python", "java-4.3"])
-def transactional(request: pytest.FixtureRequest, java_argv: Callable[..., list[str]]) -> Client:
+@pytest.fixture(params=["confluent-kafka", "aiokafka", "kafka-python", "kafkajs", "java-4.3"])
+def transactional(request: pytest.FixtureRequest, java_argv: Callable[..., list[str]],
+                  clients_installed: dict[str, str]) -> Client:
     """A transactional producer program (``argv(bootstrap, topic, first)``; its transactional id and topic:
-    ``kills-txn-<client name>``): clients/ck_txn_produce.py, clients/aio_txn_produce.py, clients/kp_txn_produce.py or
-    java/TransactionalLoop.java."""
+    ``kills-txn-<client name>``): clients/ck_txn_produce.py, clients/aio_txn_produce.py, clients/kp_txn_produce.py,
+    node/kjs_txn_produce.js or java/TransactionalLoop.java."""
     name = request.param
     rest = lambda first: [f"kills-txn-{name}", str(TXN_RUN), "--first", str(first), "--per-transaction",  # noqa: E731
                           str(PER_TRANSACTION), "--abort-every", str(ABORT_EVERY), "--partitions", str(PARTITIONS),
                           "--pace-ms", str(PACE_MS // 2), "--timeout", str(RUN_TIMEOUT_S - 20)]
     scripts = {"confluent-kafka": "ck_txn_produce.py", "aiokafka": "aio_txn_produce.py",
                "kafka-python": "kp_txn_produce.py"}
+    if name == "kafkajs":
+        node = shutil.which("node")
+        if node is None or "node" in clients_installed:
+            pytest.fail(f"kafkajs cannot run: {clients_installed.get('node', 'node is not installed')}")
+        return Client(name, lambda b, t, first: [str(node), str(COMPAT / "node" / "kjs_txn_produce.js"), b, t,
+                                                 *rest(first)], COMPAT / "node")
     if name in scripts:
         script = scripts[name]
         return Client(name, lambda b, t, first: [sys.executable, str(COMPAT / "clients" / script), b, t, *rest(first)])
