@@ -69,6 +69,7 @@ async def main() -> None:
         errors: list[str] = []
         outcome = "unknown"
         p = current
+        abort = planned
         try:
             await p.begin_transaction()
             sent = []
@@ -78,21 +79,12 @@ async def main() -> None:
             await asyncio.wait_for(asyncio.gather(*sent), left())  # (a failed record raises: the abort below)
         except (KafkaError, TimeoutError) as exc:
             errors.append(f"abortable: {type(exc).__name__}: {exc}")
-            planned_abort = False
-        else:
-            planned_abort = planned
-            if not planned:
-                try:
-                    await asyncio.wait_for(p.commit_transaction(), left())
-                    outcome = "committed"
-                except (KafkaError, TimeoutError) as exc:
-                    errors.append(f"commit_transaction: {type(exc).__name__}: {exc}")
-        if outcome != "committed" and (planned_abort or errors and errors[-1].startswith("abortable")):
-            try:
-                await asyncio.wait_for(p.abort_transaction(), left())
-                outcome = "aborted"
-            except (KafkaError, TimeoutError) as exc:
-                errors.append(f"abort_transaction: {type(exc).__name__}: {exc}")
+            abort = True
+        try:
+            await asyncio.wait_for(p.abort_transaction() if abort else p.commit_transaction(), left())
+            outcome = "aborted" if abort else "committed"
+        except (KafkaError, TimeoutError) as exc:
+            errors.append(f"{'abort' if abort else 'commit'}_transaction: {type(exc).__name__}: {exc}")
         emit("transaction", records=indexes, outcome=outcome, planned=planned, errors=errors)
         counts[outcome] += 1
         if outcome == "unknown":  # the producer cannot go on: a new one with the same transactional id
