@@ -53,7 +53,9 @@ class EventProcess:
             try:
                 event = self.events.get(timeout=max(0.0, deadline - time.monotonic()))
             except queue.Empty:
-                pytest.fail(f"{self.name}: no {what} within {WAIT_S:g} s; its log:\n{self.log()}")
+                state = "running" if self.proc.poll() is None else f"exited with {self.proc.returncode}"
+                pytest.fail(f"{self.name}: no {what} within {WAIT_S:g} s ({state}; its last events: {self.seen[-10:]}); "
+                            f"its log:\n{self.log()}")
             self.seen.append(event)
             if pred(event):
                 return event
