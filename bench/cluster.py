@@ -288,36 +288,43 @@ def connected(bootstrap: str, topic: str, partition: int) -> Callable[[], object
 
 
 @contextlib.contextmanager
-def fetched(bootstrap: str, topic: str, partition: int) -> Iterator[Callable[[], object]]:
-    """One Fetch of ``topic``'s ``partition`` from offset 0 for 1 byte (its answer: the first batch alone, KIP-74, so
-    that partitions holding different amounts are alike), answered at once, sent to the partition's leader through
-    aiokafka's client (the version it picks), which is connected first and learns the leader from Metadata
-    (bootstrapped on ``bootstrap``); the client is closed on exit."""
+def aiokafka_client(bootstrap: str) -> Iterator[tuple[asyncio.AbstractEventLoop, AIOKafkaClient]]:
+    """aiokafka's client of ``bootstrap``, bootstrapped, with the event loop its calls run on (``loop
+    .run_until_complete``); closed, and its loop too, on exit."""
     loop = asyncio.new_event_loop()
 
     async def connect() -> AIOKafkaClient:
         return AIOKafkaClient(bootstrap_servers=bootstrap)
 
     client = loop.run_until_complete(connect())  # aiokafka's client is made inside its loop
-    request = FetchRequest(0, 1, 1, 0, [(topic, [(partition, 0, 1)])])  # (KIP-74: the first batch, whatever its size)
-
-    async def fetch(leader: int) -> None:
-        answer = await client.send(leader, request)
-        [(_, [answered])] = answer.topics
-        error, records = answered[1], answered[-1]  # (the fields between differ by version)
-        if error or not records:
-            raise RuntimeError(f"a Fetch of {topic}[{partition}] from offset 0: error {error}, {len(records)} bytes")
-
     try:
         loop.run_until_complete(client.bootstrap())
+        yield loop, client
+    finally:
+        loop.run_until_complete(client.close())
+        loop.close()
+
+
+@contextlib.contextmanager
+def fetched(bootstrap: str, topic: str, partition: int) -> Iterator[Callable[[], object]]:
+    """One Fetch of ``topic``'s ``partition`` from offset 0 for 1 byte (its answer: the first batch alone, KIP-74, so
+    that partitions holding different amounts are alike), answered at once, sent to the partition's leader through
+    aiokafka's client (the version it picks), which learns the leader from Metadata (bootstrapped on ``bootstrap``)."""
+    request = FetchRequest(0, 1, 1, 0, [(topic, [(partition, 0, 1)])])  # (KIP-74: the first batch, whatever its size)
+    with aiokafka_client(bootstrap) as (loop, client):
+
+        async def fetch(leader: int) -> None:
+            answer = await client.send(leader, request)
+            [(_, [answered])] = answer.topics
+            error, records = answered[1], answered[-1]  # (the fields between differ by version)
+            if error or not records:
+                raise RuntimeError(f"a Fetch of {topic}[{partition}] from offset 0: error {error}, {len(records)} bytes")
+
         client.add_topic(topic)
         loop.run_until_complete(client.force_metadata_update())
         leader = client.cluster.leader_for_partition(AioTopicPartition(topic, partition))
         loop.run_until_complete(fetch(leader))
         yield lambda: loop.run_until_complete(fetch(leader))
-    finally:
-        loop.run_until_complete(client.close())
-        loop.close()
 
 
 def metadata(bootstrap: str) -> Callable[[], object]:
@@ -329,20 +336,9 @@ def metadata(bootstrap: str) -> Callable[[], object]:
 
 @contextlib.contextmanager
 def find_coordinator(bootstrap: str) -> Iterator[Callable[[], object]]:
-    """One FindCoordinator request (a consumer group's, to the least loaded node) through aiokafka's client, which
-    is connected first; the client is closed on exit."""
-    loop = asyncio.new_event_loop()
-
-    async def connect() -> AIOKafkaClient:
-        return AIOKafkaClient(bootstrap_servers=bootstrap)
-
-    client = loop.run_until_complete(connect())  # aiokafka's client is made inside its loop
-    try:
-        loop.run_until_complete(client.bootstrap())
+    """One FindCoordinator request (a consumer group's, to the least loaded node) through aiokafka's client."""
+    with aiokafka_client(bootstrap) as (loop, client):
         yield lambda: loop.run_until_complete(client.coordinator_lookup(CoordinationType.GROUP, "bench-routing"))
-    finally:
-        loop.run_until_complete(client.close())
-        loop.close()
 
 
 def quantile(values: list[float], q: float) -> float:
