@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import argparse
 import time
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 from ck_produce import spec
 from common import emit
@@ -48,12 +48,47 @@ def parse() -> argparse.Namespace:
     return ap.parse_args()
 
 
+P = TypeVar("P")
+
+
 def planned_transactions(args: argparse.Namespace) -> Iterator[tuple[list[int], bool]]:
     """Each transaction's record indexes, in order, and whether it is aborted on purpose (the module docstring)."""
     end = args.first + args.count
     for first in range(args.first, end, args.per_transaction):
         yield (list(range(first, min(first + args.per_transaction, end))),
                args.abort_every > 0 and (first // args.per_transaction) % args.abort_every == args.abort_every - 1)
+
+
+def run_transactions(args: argparse.Namespace, started: float, producer: Callable[[], P | None],
+                     transact: Callable[[P, list[int], bool, list[str]], str], close: Callable[[P, float], None]) -> None:
+    """The run of a transactional producer program of this module's usage and output (a synchronous client's):
+    ``producer()`` a producer ready for transactions (None: not before the deadline, ``args.timeout`` after
+    ``started``: an ``error`` event, exit code 2); per planned transaction until the deadline, ``transact(producer,
+    indexes, planned, errors)`` its outcome (``errors``: what it retried or aborted on), printed; after an
+    ``unknown`` one the producer is closed at once (``close(producer, 0)``) and made again; at the end ``close``
+    given what is left of the deadline, and the summary."""
+    deadline = started + args.timeout
+    current = producer()
+    if current is None:
+        emit("error", message=f"no producer ready for transactions within {args.timeout} s")
+        raise SystemExit(2)
+    counts = {"committed": 0, "aborted": 0, "unknown": 0}
+    for indexes, planned in planned_transactions(args):
+        if time.monotonic() >= deadline:
+            break
+        errors: list[str] = []
+        outcome = transact(current, indexes, planned, errors)
+        emit("transaction", records=indexes, outcome=outcome, planned=planned, errors=errors)
+        counts[outcome] += 1
+        if outcome == "unknown":  # the producer cannot go on: a new one with the same transactional id
+            close(current, 0.0)
+            current = producer()
+            emit("recovered", after="unknown", errors=errors)
+            if current is None:
+                break
+    if current is not None:
+        close(current, max(0.1, deadline - time.monotonic()))
+    emit("summary", seconds=round(time.monotonic() - started, 3), **counts)
 
 
 class Fatal(Exception):
@@ -124,17 +159,9 @@ def main() -> None:
         except (Fatal, KafkaException):
             return "unknown"
 
-    current = producer()
-    if current is None:
-        emit("error", message=f"init_transactions did not succeed in {args.timeout} s")
-        raise SystemExit(2)
-    counts = {"committed": 0, "aborted": 0, "unknown": 0}
-    for indexes, planned in planned_transactions(args):
-        if time.monotonic() >= deadline:
-            break
-        errors: list[str] = []
+    def transact(p: Producer, indexes: list[int], planned: bool, errors: list[str]) -> str:
+        """One transaction of records ``indexes`` (aborted on purpose when ``planned``); its outcome."""
         outcome = "unknown"
-        p = current
         try:
             p.begin_transaction()
             for i in indexes:
@@ -151,21 +178,10 @@ def main() -> None:
             outcome = abort(p, errors)
         except Fatal:
             pass
-        if outcome == "unknown":
-            current = None
-        p.poll(0)
-        emit("transaction", records=indexes, outcome=outcome, planned=planned, errors=errors)
-        counts[outcome] += 1
-        if current is None:  # fatal: the producer is done; a new one with the same transactional id
-            p.flush(0)
-            current = producer()
-            emit("recovered", after="fatal", errors=errors)
-            if current is None:
-                break
-    if current is not None:
-        current.flush(left())
-    emit("summary", seconds=round(time.monotonic() - started, 3), **counts)
+        p.poll(0)  # (the delivery reports before the transaction's line)
+        return outcome
 
+    run_transactions(args, started, producer, transact, lambda p, timeout: p.flush(timeout))
 
 if __name__ == "__main__":
     main()

@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 
 from ck_produce import spec
-from ck_txn_produce import parse, planned_transactions
+from ck_txn_produce import parse, run_transactions
 from common import emit
 from kafka import KafkaProducer
 from kafka.errors import KafkaError
@@ -54,17 +54,8 @@ def main() -> None:
             raise
         emit("delivery", index=i, partition=meta.partition, offset=meta.offset, error=None)
 
-    current = producer()
-    if current is None:
-        emit("error", message=f"init_transactions did not succeed in {args.timeout} s")
-        raise SystemExit(2)
-    counts = {"committed": 0, "aborted": 0, "unknown": 0}
-    for indexes, planned in planned_transactions(args):
-        if time.monotonic() >= deadline:
-            break
-        errors: list[str] = []
-        outcome = "unknown"
-        p = current
+    def transact(p: KafkaProducer, indexes: list[int], planned: bool, errors: list[str]) -> str:
+        """One transaction of records ``indexes`` (aborted on purpose when ``planned``); its outcome."""
         abort = planned
         try:
             p.begin_transaction()
@@ -82,24 +73,14 @@ def main() -> None:
         try:
             if abort:
                 p.abort_transaction()
-                outcome = "aborted"
-            else:
-                p.commit_transaction()
-                outcome = "committed"
+                return "aborted"
+            p.commit_transaction()
+            return "committed"
         except KafkaError as exc:
             errors.append(f"{'abort' if abort else 'commit'}_transaction: {type(exc).__name__}: {exc}")
-        emit("transaction", records=indexes, outcome=outcome, planned=planned, errors=errors)
-        counts[outcome] += 1
-        if outcome == "unknown":  # the producer cannot go on: a new one with the same transactional id
-            p.close(timeout=0)
-            current = producer()
-            emit("recovered", after="unknown", errors=errors)
-            if current is None:
-                break
-    if current is not None:
-        current.close(timeout=left())
-    emit("summary", seconds=round(time.monotonic() - started, 3), **counts)
+            return "unknown"
 
+    run_transactions(args, started, producer, transact, lambda p, timeout: p.close(timeout=timeout))
 
 if __name__ == "__main__":
     main()
