@@ -373,13 +373,22 @@ class TransactionService:
                                         txn.state is TxnState.PREPARE_COMMIT, partitions)
         except NodeUnreachable as e:
             return f"the markers of transaction {txn.transactional_id!r} in {_names(partitions)} were not written: {e}"
-        written.update(tp for tp, code in codes.items()
-                       if code in (ErrorCode.none, ErrorCode.unknown_topic_or_partition))  # deleted: no marker
+        written.update(tp for tp, code in codes.items() if code == ErrorCode.none or self._deleted(tp, code))
         refused = {tp: code for tp, code in codes.items() if tp not in written}
         if not refused:
             return None
         return (f"node {node} did not write the markers of transaction {txn.transactional_id!r}: " +
                 ", ".join(f"{t}-{p} {_code_name(c)}" for (t, p), c in refused.items()))
+
+    def _deleted(self, partition: tuple[str, int], code: int) -> bool:
+        """Whether a node's answer ``code`` for ``partition``'s marker means it needs none: UNKNOWN_TOPIC_OR_PARTITION
+        for a data partition this node's topics no longer have either (deleted). While this node still knows it, the
+        answer is retriable, as Kafka's ``TransactionMarkerRequestCompletionHandler`` retries it (a node restarting or
+        taking the partition over may not know it yet) and drops a marker only when its own metadata has no such
+        partition (``TransactionMarkerChannelManager``)."""
+        topic, index = partition
+        return code == ErrorCode.unknown_topic_or_partition and (
+            topic == OFFSETS_TOPIC or not self._engine.topics().has_partition(topic, index))
 
     def _commit_offsets(self, txn: Txn) -> None:
         """On the coordinator lane: step 2's offsets of committed ``txn``; raises when a group refused them."""
