@@ -21,8 +21,11 @@ cluster's are bench/replicated.py, bench/failover.py and the others that start :
   node": that produce p50 against a producer's on the 1-node cluster, and the p50 of one Fetch from offset 0,
   answered at once (its first batch alone; aiokafka's client, to the leader it learned from Metadata), of the
   partition on node 2 (bootstrapped on node 1) against the same on the 1-node cluster; Metadata p50 and p99
-  (AdminClient ``list_topics``; the same topic on both) and FindCoordinator p99 (aiokafka's client, a group's coordinator) of the 3-node cluster
-  against the 1-node one.
+  (AdminClient ``list_topics``; the same topic on both) and FindCoordinator p99 (aiokafka's client, a group's
+  coordinator) of the 3-node cluster against the 1-node one. Each op's samples follow :data:`WARMUP` rounds not
+  counted: a new client's connections and a node's first answer of a kind (FindCoordinator's first reads the
+  coordinators' placement from etcd) took 30-50 ms, three of the slowest ten of 1,000 samples, so a p99 measured
+  the cold start.
 * **Control-plane load** (3 nodes): CreateTopics of one-partition topics, ten a request, in turns through the
   controller (it appends the records itself), through another node (a proposal the controller appends) and, for
   the baseline, on a single node without a cluster, a third of the topics each: topics (catalog records appended
@@ -73,6 +76,8 @@ set to its size, as Kafka's)."""
 PARTITIONS = 4
 VALUE = 1024
 PORTS = (9092, 6041, 2379, 2380)
+WARMUP = 50
+"""Rounds of each routing op before its samples (:func:`interleaved`)."""
 CLUSTER_PREFIX = b"/walgate/walgate/"  # cluster.name's default
 
 
@@ -268,10 +273,15 @@ def sends(producer: Producer, topic: str, partitions: int, until: threading.Even
     return out
 
 
-def interleaved(samples: int, *ops: Callable[[], object]) -> list[list[float]]:
+def interleaved(samples: int, *ops: Callable[[], object], warmup: int = 0) -> list[list[float]]:
     """Seconds of each of ``ops`` over ``samples`` rounds, taken in turns (ABAB...), so that a load change on the
-    machine touches every one alike."""
+    machine touches every one alike, after ``warmup`` rounds not counted (a client's first requests to each node
+    open its connections, and a node's first answers of a kind read what it then keeps, such as the coordinators'
+    placement: tens of ms, which would be a p99's samples)."""
     out: list[list[float]] = [[] for _ in ops]
+    for _ in range(warmup):
+        for op in ops:
+            op()
     for _ in range(samples):
         for times, op in zip(out, ops):
             start = time.perf_counter()
@@ -384,12 +394,12 @@ def _routing_rows(three: LocalCluster, one: LocalCluster, quick: bool) -> list[R
                                  lambda: first_ack_seconds(node2, "route", partition))
     routed_rt, direct_rt, one_rt = interleaved(samples, connected(node1, "route", partition),
                                                connected(node2, "route", partition),
-                                               connected(one.plan.bootstrap, "route", partition))
+                                               connected(one.plan.bootstrap, "route", partition), warmup=WARMUP)
     with fetched(node1, "route", partition) as fetch3, fetched(one.plan.bootstrap, "route", partition) as fetch1:
-        fetch3_rt, fetch1_rt = interleaved(samples, fetch3, fetch1)
-    meta3, meta1 = interleaved(samples, metadata(three.plan.bootstrap), metadata(one.plan.bootstrap))
+        fetch3_rt, fetch1_rt = interleaved(samples, fetch3, fetch1, warmup=WARMUP)
+    meta3, meta1 = interleaved(samples, metadata(three.plan.bootstrap), metadata(one.plan.bootstrap), warmup=WARMUP)
     with find_coordinator(three.plan.bootstrap) as find3, find_coordinator(one.plan.bootstrap) as find1:
-        coord3, coord1 = interleaved(samples, find3, find1)
+        coord3, coord1 = interleaved(samples, find3, find1, warmup=WARMUP)
     ms = 1e3
     return [
         Row("cluster routing: new producer to first ack, bootstrapped on node 1, partition on node 2",

@@ -23,7 +23,9 @@ import asyncio
 import base64
 import logging
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
+from types import MappingProxyType
 
 from walgate.cluster.election import ControllerElection
 from walgate.cluster.etcd import EtcdAccess, EtcdSession, tx
@@ -94,6 +96,19 @@ class ClusterMember:
         self.election: ControllerElection | None = None  # once joined
         self._tasks: list[asyncio.Task[None]] = []
         self._changed = asyncio.Event()
+        self._others: dict[str, tuple[Membership, Mapping[int, tuple[str, int]]]] = {}  # by listener: of that view
+
+    def others(self, listener: str) -> Mapping[int, tuple[str, int]]:
+        """The live nodes of :attr:`view` other than this one, each with the endpoint it advertises on the Kafka
+        listener named ``listener`` (a node without one left out: a client of that listener cannot reach it);
+        read-only, made once per view and listener (Metadata, Produce, Fetch and FindCoordinator ask at every
+        request; a view is never changed, only replaced)."""
+        kept = self._others.get(listener)
+        if kept is None or kept[0] is not self.view:
+            kept = self._others[listener] = (self.view, MappingProxyType({
+                n.node_id: address for n in self.view.nodes
+                if n.node_id != self.node_id and (address := endpoint_for(n, listener)) is not None}))
+        return kept[1]
 
     @property
     def registered(self) -> bool:

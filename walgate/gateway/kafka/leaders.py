@@ -19,7 +19,6 @@ import dataclasses
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, NamedTuple, TypeVar
 
-from walgate.cluster.model import endpoint_for
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.led_vnodes import LedVnodes
 from walgate.replication.leader import LeaderView
@@ -36,13 +35,11 @@ T = TypeVar("T")
 Endpoints = Mapping[int, tuple[str, int]]
 
 
-def other_nodes(broker: Broker, listener: str) -> dict[int, tuple[str, int]]:
+def other_nodes(broker: Broker, listener: str) -> Endpoints:
     """The nodes other than this one registered now (cluster mode; none on a single node), each with the endpoint
-    it advertises on ``listener``; a node without one is left out (a client of that listener cannot reach it)."""
-    if broker.cluster is None:
-        return {}
-    return {n.node_id: address for n in broker.cluster.view.nodes
-            if n.node_id != broker.node_id and (address := endpoint_for(n, listener)) is not None}
+    it advertises on ``listener``; a node without one is left out (a client of that listener cannot reach it).
+    Read-only (:meth:`ClusterMember.others <walgate.gateway.cluster_member.ClusterMember.others>`)."""
+    return {} if broker.cluster is None else broker.cluster.others(listener)
 
 
 def current_leader(node: int, others: Endpoints, epoch: int = LEADER_EPOCH) -> tuple[int, int]:

@@ -1,0 +1,35 @@
+"""``ClusterMember.others``: the other live nodes' endpoints on a listener, which Metadata, Produce, Fetch and
+FindCoordinator name at every request, made once per membership view and listener and made again when the view is
+replaced (walgate/gateway/cluster_member.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from walgate.cluster.model import Membership, NodeInfo
+from walgate.gateway.cluster_member import ClusterMember
+
+
+def view(*nodes: NodeInfo) -> Membership:
+    return Membership(nodes, tuple(n.node_id for n in nodes), nodes[0].node_id)
+
+
+def info(node_id: int, *endpoints: str) -> NodeInfo:
+    return NodeInfo(node_id, f"inc-{node_id}", endpoints)
+
+
+def test_others_follow_the_view_and_the_listener(tmp_path: Path) -> None:
+    member = ClusterMember("http://127.0.0.1:1", "walgate", 1, tmp_path, 6000)  # (never reaches etcd here)
+    assert member.others("PLAINTEXT") == {}
+    member.view = view(info(1, "PLAINTEXT://h1:9092"), info(2, "PLAINTEXT://h2:9092", "SSL://h2:9093"),
+                       info(3, "SSL://h3:9093"), info(4))
+    plain = member.others("PLAINTEXT")
+    assert plain == {2: ("h2", 9092), 3: ("h3", 9093)}  # itself left out; node 4 advertises nothing
+    assert member.others("SSL") == {2: ("h2", 9093), 3: ("h3", 9093)}
+    assert member.others("PLAINTEXT") is plain  # made once for this view
+    with pytest.raises(TypeError):
+        plain[5] = ("h5", 1)  # type: ignore[index]  # read-only: every request shares it
+    member.view = view(info(1, "PLAINTEXT://h1:9092"), info(3, "PLAINTEXT://h3:9092"))  # node 2 left, 3 moved
+    assert member.others("PLAINTEXT") == {3: ("h3", 9092)}
