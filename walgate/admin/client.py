@@ -143,6 +143,14 @@ def connect(args: argparse.Namespace) -> Connection:
             raise AdminError(f"no answer from {args.bootstrap_server} within {args.timeout:g} s")
 
 
+COORDINATOR_REQUEST_TIMEOUT_S = 3600.0
+"""librdkafka's request timeout of the requests sent to a group's coordinator (DescribeConsumerGroups,
+ListConsumerGroupOffsets, AlterConsumerGroupOffsets, DeleteConsumerGroups): its longest. librdkafka 2.16 aborts the
+process when such a request's timeout lapses before the request went to the coordinator (one still being looked up;
+confluentinc/librdkafka#4605, compat-tests/FINDINGS.md), so the wait is bounded by :func:`result` instead, and the
+request still pending when the command exits is failed unsent by the AdminClient's destruction."""
+
+
 def result(future: concurrent.futures.Future[T], what: str, timeout: float) -> T:
     """The value of an AdminClient future; ``AdminError("<what>: <reason>")`` if it failed or took too long."""
     try:

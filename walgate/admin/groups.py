@@ -21,6 +21,7 @@ from confluent_kafka import (
 from confluent_kafka.admin import ConsumerGroupDescription, OffsetSpec
 
 from walgate.admin.client import (
+    COORDINATOR_REQUEST_TIMEOUT_S,
     AdminError,
     Connection,
     UsageError,
@@ -41,14 +42,14 @@ def _kafka_name(enum_name: str) -> str:
 
 
 def _describe_group(conn: Connection, group: str) -> ConsumerGroupDescription:
-    futures = conn.admin.describe_consumer_groups([group], request_timeout=conn.timeout)
+    futures = conn.admin.describe_consumer_groups([group], request_timeout=COORDINATOR_REQUEST_TIMEOUT_S)
     description: ConsumerGroupDescription = result(futures[group], f"cannot describe group '{group}'", conn.timeout)
     return description
 
 
 def _committed(conn: Connection, group: str) -> dict[Partition, int]:
     """The group's committed offsets (OffsetFetch for all its partitions)."""
-    futures = conn.admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)], request_timeout=conn.timeout)
+    futures = conn.admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)], request_timeout=COORDINATOR_REQUEST_TIMEOUT_S)
     answer = result(futures[group], f"cannot fetch the committed offsets of group '{group}'", conn.timeout)
     committed: dict[Partition, int] = {}
     for tp in answer.topic_partitions or []:
@@ -193,7 +194,7 @@ def reset_offsets(args: argparse.Namespace) -> None:
     plan = _plan(conn, args, _committed(conn, args.group))
     if args.execute:
         request = ConsumerGroupTopicPartitions(args.group, [TopicPartition(p.key[0], p.key[1], p.new) for p in plan])
-        futures = conn.admin.alter_consumer_group_offsets([request], request_timeout=conn.timeout)
+        futures = conn.admin.alter_consumer_group_offsets([request], request_timeout=COORDINATOR_REQUEST_TIMEOUT_S)
         answer = result(futures[args.group], f"cannot commit offsets for group '{args.group}'", conn.timeout)
         for tp in answer.topic_partitions or []:
             if tp.error is not None:
@@ -215,7 +216,7 @@ def reset_offsets(args: argparse.Namespace) -> None:
 def delete_groups(args: argparse.Namespace) -> None:
     """``walgate group delete``: DeleteGroups (the server refuses a group with members: NON_EMPTY_GROUP)."""
     conn = connect(args)
-    futures = conn.admin.delete_consumer_groups(args.groups, request_timeout=conn.timeout)
+    futures = conn.admin.delete_consumer_groups(args.groups, request_timeout=COORDINATOR_REQUEST_TIMEOUT_S)
     for group, future in futures.items():
         result(future, f"cannot delete consumer group '{group}'", conn.timeout)
         note(f"Deleted consumer group '{group}'.")
