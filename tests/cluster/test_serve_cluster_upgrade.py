@@ -99,7 +99,8 @@ def test_a_single_nodes_data_dir_becomes_the_first_node_of_a_cluster(etcd1: Etcd
         _single_node_data(single)
         cluster_id = _cluster_id(single.kafka_port)
     with node(etcd1, tmp_path, 1, "--override", "offsets.topic.num.partitions=50", *ONE_COPY, data_dir=data) as n1:  # its 1
-        wait_log(n1, "now the catalog of cluster 'walgate'")
+        wait_log(n1, "now the catalog of cluster 'walgate' (its databases and topics on node 1, one replica of each "
+                     "vgroup; its group coordinator partitions on node 1)")
         with node(etcd1, tmp_path, 2, *ONE_COPY) as n2, node(etcd1, tmp_path, 3, *ONE_COPY) as n3:
             for server in (n1, n2, n3):
                 assert sorted(_read_all(server.kafka_port, TOPIC, 2, 20)) == sorted(VALUES[0] + VALUES[1])
@@ -140,7 +141,8 @@ def test_in_a_replicated_cluster_committed_offsets_are_imported_into_consumer_of
     acls = ("--override", AUTHORIZER[1], "--override", "allow.everyone.if.no.acl.found=false",
             "--override", "super.users=User:ANONYMOUS")  # no ACL: only the clients (and the nodes themselves) may
     with node(etcd1, tmp_path, 1, *acls, data_dir=data) as n1:  # replicated: the default
-        wait_log(n1, "now the catalog of cluster 'walgate'")
+        wait_log(n1, "now the catalog of cluster 'walgate' (its databases and topics on node 1, one replica of each "
+                     "vgroup; its groups coordinated by the leaders of __consumer_offsets)")
         wait_log(n1, "the committed offsets of groups g, h are imported into __consumer_offsets once their "
                      "coordinators answer")
         assert (data / offsets_import.IMPORT_FILE).exists(), "no coordinator yet: one node of the 3 the factor needs"

@@ -91,8 +91,10 @@ async def take_in(member: ClusterMember, storage: StorageThread, coordinator: St
         log.warning("%s: the committed offsets of groups %s are imported into __consumer_offsets once their "
                     "coordinators answer", held, _named(groups))
     await storage.call(engine.catalog.take_into_cluster, TAKEN_SEQ)
+    coordinators = ("its groups coordinated by the leaders of __consumer_offsets" if replication
+                    else f"its group coordinator partitions on node {member.node_id}")
     log.warning("%s: now the catalog of cluster %r (its databases and topics on node %d, one replica of each vgroup; "
-                "its group coordinator partitions on node %d)", held, keys.cluster_id, member.node_id, member.node_id)
+                "%s)", held, keys.cluster_id, member.node_id, coordinators)
 
 
 def _committed_groups(engine: Engine) -> list[str]:
