@@ -49,7 +49,8 @@ def _describe_group(conn: Connection, group: str) -> ConsumerGroupDescription:
 
 def _committed(conn: Connection, group: str) -> dict[Partition, int]:
     """The group's committed offsets (OffsetFetch for all its partitions)."""
-    futures = conn.admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)], request_timeout=COORDINATOR_REQUEST_TIMEOUT_S)
+    futures = conn.admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)],
+                                                     request_timeout=COORDINATOR_REQUEST_TIMEOUT_S)
     answer = result(futures[group], f"cannot fetch the committed offsets of group '{group}'", conn.timeout)
     committed: dict[Partition, int] = {}
     for tp in answer.topic_partitions or []:

@@ -382,13 +382,11 @@ class TransactionService:
 
     def _deleted(self, partition: tuple[str, int], code: int) -> bool:
         """Whether a node's answer ``code`` for ``partition``'s marker means it needs none: UNKNOWN_TOPIC_OR_PARTITION
-        for a data partition this node's topics no longer have either (deleted). While this node still knows it, the
+        for a partition this node's topics no longer have either (deleted). While this node still knows it, the
         answer is retriable, as Kafka's ``TransactionMarkerRequestCompletionHandler`` retries it (a node restarting or
         taking the partition over may not know it yet) and drops a marker only when its own metadata has no such
         partition (``TransactionMarkerChannelManager``)."""
-        topic, index = partition
-        return code == ErrorCode.unknown_topic_or_partition and (
-            topic == OFFSETS_TOPIC or not self._engine.topics().has_partition(topic, index))
+        return code == ErrorCode.unknown_topic_or_partition and not self._engine.topics().has_partition(*partition)
 
     def _commit_offsets(self, txn: Txn) -> None:
         """On the coordinator lane: step 2's offsets of committed ``txn``; raises when a group refused them."""
