@@ -18,12 +18,13 @@ import time
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 from ck_produce import spec
-from ck_txn_produce import parse, planned_transactions
+from ck_txn_produce import parse, run_transactions
 from common import emit
 
 
-async def main() -> None:
+def main() -> None:
     args = parse()
+    loop = asyncio.new_event_loop()
     started = time.monotonic()
     deadline = started + args.timeout
 
@@ -58,17 +59,8 @@ async def main() -> None:
         future.add_done_callback(delivered)
         return future
 
-    current = await producer()
-    if current is None:
-        emit("error", message=f"the producer did not start in {args.timeout} s")
-        raise SystemExit(2)
-    counts = {"committed": 0, "aborted": 0, "unknown": 0}
-    for indexes, planned in planned_transactions(args):
-        if time.monotonic() >= deadline:
-            break
-        errors: list[str] = []
-        outcome = "unknown"
-        p = current
+    async def transact(p: AIOKafkaProducer, indexes: list[int], planned: bool, errors: list[str]) -> str:
+        """One transaction of records ``indexes`` (aborted on purpose when ``planned``); its outcome."""
         abort = planned
         try:
             await p.begin_transaction()
@@ -82,21 +74,21 @@ async def main() -> None:
             abort = True
         try:
             await asyncio.wait_for(p.abort_transaction() if abort else p.commit_transaction(), left())
-            outcome = "aborted" if abort else "committed"
+            return "aborted" if abort else "committed"
         except (KafkaError, TimeoutError) as exc:
             errors.append(f"{'abort' if abort else 'commit'}_transaction: {type(exc).__name__}: {exc}")
-        emit("transaction", records=indexes, outcome=outcome, planned=planned, errors=errors)
-        counts[outcome] += 1
-        if outcome == "unknown":  # the producer cannot go on: a new one with the same transactional id
-            await p.stop()
-            current = await producer()
-            emit("recovered", after="unknown", errors=errors)
-            if current is None:
-                break
-    if current is not None:
-        await current.stop()
-    emit("summary", seconds=round(time.monotonic() - started, 3), **counts)
+            return "unknown"
+
+    # ck_txn_produce.py's run, each step run to its end on this program's event loop (aiokafka's producer is made
+    # and used on it; its delivery reports come while a step runs)
+    run = loop.run_until_complete
+    try:
+        run_transactions(args, started, lambda: run(producer()),
+                         lambda p, indexes, planned, errors: run(transact(p, indexes, planned, errors)),
+                         lambda p, _: run(p.stop()))
+    finally:
+        loop.close()
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    main()

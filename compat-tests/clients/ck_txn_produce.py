@@ -61,7 +61,8 @@ def planned_transactions(args: argparse.Namespace) -> Iterator[tuple[list[int], 
 
 def run_transactions(args: argparse.Namespace, started: float, producer: Callable[[], P | None],
                      transact: Callable[[P, list[int], bool, list[str]], str], close: Callable[[P, float], None]) -> None:
-    """The run of a transactional producer program of this module's usage and output (a synchronous client's):
+    """The run of a transactional producer program of this module's usage and output (a synchronous client's, or an
+    asyncio client's whose steps run to their end on its event loop, aio_txn_produce.py):
     ``producer()`` a producer ready for transactions (None: not before the deadline, ``args.timeout`` after
     ``started``: an ``error`` event, exit code 2); per planned transaction until the deadline, ``transact(producer,
     indexes, planned, errors)`` its outcome (``errors``: what it retried or aborted on), printed; after an
