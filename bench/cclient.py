@@ -9,6 +9,7 @@ build fails, the C rows are left out with a message.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import resource
 import shutil
@@ -28,7 +29,8 @@ BUILD = Path(__file__).resolve().parent.parent / ".cache" / "bench"
 
 def build(name: str = "cconsume") -> Path | None:
     """The compiled client ``name`` (bench/<name>.c; rebuilt when the source is newer), or None with a printed
-    reason."""
+    reason. One binary per librdkafka it links (its path is in the binary's rpath: a build for another virtualenv
+    does not load here)."""
     source = Path(__file__).with_name(f"{name}.c")
     rows = f"C {'consumer' if name == 'cconsume' else 'producer'} rows"
     cc = shutil.which("cc") or shutil.which("gcc")
@@ -37,7 +39,7 @@ def build(name: str = "cconsume") -> Path | None:
         skipped(rows, f"they need a C compiler, {HEADER} (Debian: apt-get install librdkafka-dev) and "
                 "confluent-kafka's bundled librdkafka")
         return None
-    binary = BUILD / name
+    binary = BUILD / f"{name}-{hashlib.sha256(str(libs[0]).encode()).hexdigest()[:12]}"
     if not binary.exists() or binary.stat().st_mtime < source.stat().st_mtime:
         BUILD.mkdir(parents=True, exist_ok=True)
         built = subprocess.run([cc, "-O2", "-o", str(binary), str(source), str(libs[0]),
