@@ -6,10 +6,12 @@ import json
 import signal
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from livewalgate import WALGATE, WalgateServer, free_port, running_walgate, walgate_env
 from walgate.gateway.cli import split_statements
@@ -73,6 +75,16 @@ def test_serve_logs_ready_once_and_sql_runs_statements(walgate_server: WalgateSe
     out = ok(sql(walgate_server, "--db", "power", "SELECT ts, voltage, location FROM meters"))
     assert "California.SanFrancisco" in out and "219" in out
     assert "Query OK, 1 row(s) in set" in out
+
+
+def test_a_serving_node_freezes_its_start_and_counts_full_collections(walgate_server: WalgateServer) -> None:
+    """``walgate serve`` freezes what it loaded at start for the garbage collector once ready (walgate.gateway
+    .gc_policy) and reports the collector's passes by generation in ``/metrics``."""
+    with urllib.request.urlopen(f"{walgate_server.http_url}/metrics", timeout=CLI_TIMEOUT) as response:
+        samples = {(s.name, s.labels.get("generation")): s.value
+                   for family in text_string_to_metric_families(response.read().decode()) for s in family.samples}
+    assert samples[("walgate_gc_frozen_objects", None)] > 10_000  # (a node's modules and catalog: ~100,000 objects)
+    assert ("python_gc_collections_total", "2") in samples
 
 
 def test_sql_json_prints_one_result_per_statement(walgate_server: WalgateServer) -> None:

@@ -282,6 +282,29 @@ async def test_a_stale_plan_is_planned_again_with_the_whole_lane(tmp_path: Path,
     engine.close()
 
 
+async def test_a_write_planned_on_its_database_s_vnodes_holds_them_alone(tmp_path: Path, lane: StorageThread) -> None:
+    """A body planned and written at once (below the ingest workers' size) on every vnode of its database: a new
+    supertable (the catalog) or vnodes that are not all of the database's is refused there before anything is
+    written (Relane) and written with the whole lane; new subtables of a supertable that exists need no more."""
+    engine = Engine.open(tmp_path / "data")
+    engine.execute("CREATE DATABASE d VGROUPS 2")
+    both = frozenset({("d", 0), ("d", 1)})
+
+    def lines(first: int, count: int) -> functools.partial[int]:
+        body = "\n".join(f"m,id=s{i} v={i}i {TS + i}" for i in range(first, first + count)).encode()
+        return functools.partial(engine.write_lines, "d", body)
+
+    assert await lane.call_on(both, lines(0, 1)) == 1 and lane.relaned == 1  # d.m made: the whole lane
+    assert await lane.call_on(both, lines(1, 50)) == 50 and lane.relaned == 1  # 50 new subtables on d's vnodes
+    assert await lane.call_on(frozenset({("d", 0)}), lines(51, 50)) == 50 and lane.relaned == 2  # not all of d's
+    csv = b"tbname,_ts,v,id\n" + b"".join(b"c%d,%d,%d,c%d\n" % (i, TS + i, i, i) for i in range(20))
+    assert await lane.call_on(both, functools.partial(engine.write_csv, "d", csv, stable="m")) == 20
+    assert lane.relaned == 2  # 20 new subtables by CSV on d's vnodes
+    assert engine.execute("SELECT COUNT(*) FROM d.m").rows == [[121]]
+    assert len(engine.execute("SHOW d.TABLES").rows) == 121
+    engine.close()
+
+
 async def test_a_call_on_vnodes_cannot_change_the_catalog(tmp_path: Path, lane: StorageThread) -> None:
     engine = Engine.open(tmp_path / "data")
     with pytest.raises(LaneViolation):
@@ -295,13 +318,19 @@ async def test_a_call_on_vnodes_cannot_change_the_catalog(tmp_path: Path, lane: 
 # ----------------------------------------------------------------------------------------- a node, real clients
 
 SERIES = 2_000
-LINES = 30_000  # about 1.4 MB: planned in an ingest worker, then applied on big's vnode lanes
-BODY = "\n".join(f"m,host=h{i % SERIES} v={i}.5 {1_700_000_000_000 + i}" for i in range(LINES)).encode()
 
 
+def lp_body(lines: int) -> bytes:
+    return "\n".join(f"m,host=h{i % SERIES} v={i}.5 {1_700_000_000_000 + i}" for i in range(lines)).encode()
+
+
+@pytest.mark.parametrize("lines", [30_000, 5_000], ids=["planned-in-a-worker", "planned-on-the-lane"])
 def test_a_write_held_in_its_wal_append_delays_no_produce_fetch_or_list_offsets(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    assert len(BODY) >= PLAN_IN_WORKER_BYTES
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, lines: int) -> None:
+    """A line-protocol body of about 1.4 MB is planned in an ingest worker, one of about 230 kB on big's vnode lanes
+    themselves; either is applied holding big's vnodes alone."""
+    body = lp_body(lines)
+    assert (len(body) >= PLAN_IN_WORKER_BYTES) == (lines == 30_000)
     reached, release = threading.Event(), threading.Event()
     append = Wal.append
 
@@ -312,13 +341,16 @@ def test_a_write_held_in_its_wal_append_delays_no_produce_fetch_or_list_offsets(
         return append(self, entries)
 
     with gateway_thread(tmp_path / "data") as gateway, concurrent.futures.ThreadPoolExecutor(1) as pool:
-        sql(gateway, "CREATE DATABASE big VGROUPS 2")  # big.m is new: made alone first, then the rows on big's vnodes
+        sql(gateway, "CREATE DATABASE big VGROUPS 2")
+        if len(body) < PLAN_IN_WORKER_BYTES:  # (a body planned on the lane that makes big.m takes the whole lane)
+            assert post(gateway, "/influxdb/v1/write?db=big&precision=ms", b"m,host=h0 v=0.5 1600000000000")[0] == 204
+        relaned = gateway._storage.relaned  # (a planned body's new big.m is made alone first, then its rows)
         bootstrap = f"127.0.0.1:{gateway.kafka_address[1]}"
         admin = AdminClient({"bootstrap.servers": bootstrap})
         admin.create_topics([NewTopic("k", 1)])["k"].result(30)
         monkeypatch.setattr(Wal, "append", held_append)
         try:
-            write = pool.submit(post, gateway, "/influxdb/v1/write?db=big&precision=ms", BODY)
+            write = pool.submit(post, gateway, "/influxdb/v1/write?db=big&precision=ms", body)
             assert reached.wait(120), "the write never reached big/0's append"
             producer = Producer({"bootstrap.servers": bootstrap, "acks": 1})
             for i in range(20):
@@ -340,5 +372,5 @@ def test_a_write_held_in_its_wal_append_delays_no_produce_fetch_or_list_offsets(
         finally:
             release.set()
         assert write.result(120) == (204, {})
-        assert int(sql(gateway, "SELECT COUNT(*) FROM big.m")["data"][0][0]) == LINES
-        assert gateway._storage.relaned == 0
+        assert int(sql(gateway, "SELECT COUNT(*) FROM big.m WHERE _ts >= 1700000000000")["data"][0][0]) == lines
+        assert gateway._storage.relaned == relaned

@@ -191,6 +191,7 @@ from walgate.storage.insert_routing import (
     tables_at,
     targets_at,
 )
+from walgate.storage.lanes import VnodeKey
 from walgate.storage.led_appends import LedAppend, recording
 from walgate.storage.lineproto_columns import parse_body
 from walgate.storage.query import plain
@@ -937,7 +938,17 @@ async def _write_lines_here(request: web.Request, db: str, precision: str, body:
     except StorageError:  # an unknown database is the answer before a bad line, as the engine's write_lines gives
         await app[_STORAGE].call(app[_ENGINE].database, db)
         raise
-    return await app[_STORAGE].call(app[_ENGINE].write_measurements, db, measurements)
+    return await app[_STORAGE].call_on(_database_keys(app, db), functools.partial(
+        app[_ENGINE].write_measurements, db, measurements))
+
+
+def _database_keys(app: web.Application, db: str) -> frozenset[VnodeKey] | None:
+    """Every vnode of database ``db`` as the catalog defines it now (read on the event loop: a write planned on
+    them checks that they are still its own, :meth:`Ingest.write <walgate.storage.ingest.Ingest.write>`), so that
+    a body below the ingest workers' size holds that database alone, not the whole lane; None (the whole lane)
+    for a database the catalog does not have."""
+    dbdef = app[_ENGINE].catalog.databases.get(db)
+    return None if dbdef is None else frozenset((db, i) for i in range(dbdef.vgroups))
 
 
 async def _forward_lines(request: web.Request, shared: SharedCatalog, db: str, precision: str,
@@ -984,7 +995,8 @@ async def _write_csv(request: web.Request, db: str, table: str | None, stable: s
             rows = await _planned_write(request, CsvRequest(db, body, table, stable, app[_ENGINE].clock.time_ns()),
                                         len(body))
         else:
-            rows = await app[_STORAGE].call(app[_ENGINE].write_csv, db, body, table=table, stable=stable)
+            rows = await app[_STORAGE].call_on(_database_keys(app, db), functools.partial(
+                app[_ENGINE].write_csv, db, body, table=table, stable=stable))
     await _acknowledged(app, appended)
     return rows
 

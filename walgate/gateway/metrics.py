@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import gc
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -42,6 +43,7 @@ from prometheus_client import (
     CollectorRegistry,
     Counter,
     Gauge,
+    GCCollector,
     Histogram,
     disable_created_metrics,
     generate_latest,
@@ -132,6 +134,9 @@ class Metrics:
                                "Kafka connections accepted", ["listener"], registry=r)
         self._closed = Counter("kafka_server_socket_server_metrics_connection_close", "Kafka connections closed",
                                ["listener"], registry=r)
+        GCCollector(registry=r)  # python_gc_*: the collector's passes by generation (walgate.gateway.gc_policy)
+        Gauge("walgate_gc_frozen_objects", "Objects the garbage collector no longer traverses (those of the node's "
+              "start, frozen once it was ready: walgate.gateway.gc_policy)", registry=r).set_function(gc.get_freeze_count)
         self._lane_wait = Histogram("walgate_lane_call_queue_seconds", "Time a lane's call waited for its thread",
                                     ["lane"], buckets=_SECONDS_BUCKETS, registry=r)
         self._lane_run = Histogram("walgate_lane_call_seconds", "Time a lane's call ran", ["lane"],

@@ -71,6 +71,7 @@ from walgate.coordinator.consumer_group import ConsumerGroups
 from walgate.coordinator.coordinator import CLEANUP_INTERVAL_MS, GroupCoordinator
 from walgate.coordinator.share_coordinator import ShareCoordinator
 from walgate.coordinator.transactions import TransactionCoordinator
+from walgate.gateway import gc_policy
 from walgate.gateway.cluster_member import ClusterMember, ClusterStartError, dnodes, stop_tasks
 from walgate.gateway.config import Config, ConfigError, kafka_settings
 from walgate.gateway.etcd_access import etcd_access
@@ -791,7 +792,8 @@ def _done_all(pending: list[PendingSync]) -> None:
 
 
 async def run_server(config: Config) -> None:
-    """Serve ``config`` until SIGTERM or SIGINT, then shut down cleanly and return."""
+    """Serve ``config`` until SIGTERM or SIGINT, then shut down cleanly and return; the collector's full collections
+    kept rare and small meanwhile (:mod:`~walgate.gateway.gc_policy`)."""
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
 
@@ -802,8 +804,10 @@ async def run_server(config: Config) -> None:
     signals = (signal.SIGTERM, signal.SIGINT)
     for sig in signals:
         loop.add_signal_handler(sig, on_signal, sig)
+    gc_policy.tune()
     try:
         async with Gateway(config):
+            gc_policy.settle()
             await stop.wait()
     finally:
         for sig in signals:

@@ -16,8 +16,11 @@ changes only those vnodes, their topics' indexes and the databases' table counts
 database's vnodes change (so a database's ``max_tables`` check sees every creation before it). Its schema changes
 (new or wider supertables: the catalog) are made first by an exclusive call (:meth:`Ingest.apply_changes`); a plan
 that no longer holds (planned again: it may touch anything) is refused on vnodes
-(:class:`~walgate.storage.lanes.Relane`) before anything is written, and applied with the whole storage lane. Every
-other write runs with the whole lane.
+(:class:`~walgate.storage.lanes.Relane`) before anything is written, and applied with the whole storage lane. A
+request planned and applied at once (:meth:`Ingest.write`: the gateway's line-protocol and CSV bodies below the
+ingest workers' size) may run holding every vnode of its database the same way: planned against the live tables of
+the vnodes it holds, refused on vnodes before anything is written when its plan changes a schema or writes another
+database. Every other write runs with the whole lane.
 
 Values are typed a whole column at a time (pyarrow kernels; :mod:`~walgate.storage.lineproto_columns`,
 :func:`~walgate.storage.values.coerce_texts`, :func:`~walgate.storage.values.coerce_values`) into one Arrow batch
@@ -109,8 +112,24 @@ class Ingest:
                              StoredTables(stores, known), catalog.cluster)
 
     def write(self, request: WriteRequest) -> int:
-        """``request`` planned and applied here, at once; rows written."""
-        return self._commit(write_plan.plan(self.snapshot(), request))
+        """``request`` planned and applied here, at once; rows written. Holding only some vnodes (module docstring):
+        :class:`~walgate.storage.lanes.Relane`, nothing written, unless they are the plan's :func:`write_keys` (it
+        changes no schema: the catalog, which nothing changes meanwhile, is read as the plan read it); checked
+        before it is planned too, as far as the request tells (the vnodes of a line-protocol or CSV body's database,
+        whose tables its plan reads)."""
+        keyed = held() is not None
+        if keyed and not covers(self._database_keys(request)):
+            raise Relane
+        p = write_plan.plan(self.snapshot(), request)
+        if keyed and not covers(write_keys(p, self.store.catalog.databases)):
+            raise Relane
+        return self._commit(p)
+
+    def _database_keys(self, request: WriteRequest) -> frozenset[VnodeKey] | None:
+        """Every vnode of the database a line-protocol or CSV ``request`` writes; None for an INSERT (it may name
+        any database) or a database the catalog does not have."""
+        db = None if isinstance(request, InsertRequest) else self.store.catalog.databases.get(request.db)
+        return None if db is None else frozenset((db.name, i) for i in range(db.vgroups))
 
     def apply(self, prepared: PreparedWrite, request: WriteRequest) -> int:
         """Write ``prepared`` (planned from ``request``, maybe in another process) if what it read still holds
