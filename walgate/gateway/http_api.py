@@ -94,7 +94,7 @@ import os
 import re
 import ssl
 import time
-from collections.abc import Awaitable, Callable, Collection
+from collections.abc import Awaitable, Callable, Collection, Iterable
 from dataclasses import asdict
 from typing import Any
 
@@ -178,7 +178,7 @@ from walgate.storage.errors import (
     StorageUnavailable,
     table_not_found,
 )
-from walgate.storage.ingest import write_keys
+from walgate.storage.ingest import database_keys, insert_databases, write_keys
 from walgate.storage.insert_routing import (
     Part,
     TableDdl,
@@ -377,8 +377,10 @@ async def _statement(request: web.Request, appended: list[LedAppend]) -> web.Str
             if forwarded is None and isinstance(stmt, ast.CreateStable):
                 await app[_STORAGE].call(_name_here, engine, stmt.name, db)
             result = await shared.run(_run, engine, authorizer, principal, host, stmt, db)
-        else:
-            result = await app[_STORAGE].call(_run, engine, authorizer, principal, host, stmt, db)
+        else:  # an INSERT holding the vnodes of the databases it writes (Ingest.write), any other the whole lane
+            keys = _database_keys(app, insert_databases(stmt, db)) if isinstance(stmt, ast.Insert) else None
+            result = await app[_STORAGE].call_on(keys, functools.partial(_run, engine, authorizer, principal, host,
+                                                                         stmt, db))
     except NotHere:  # rows for another node's vgroup: nothing written; each node's part sent to it
         if shared is None or forwarded is not None:
             raise
@@ -938,17 +940,16 @@ async def _write_lines_here(request: web.Request, db: str, precision: str, body:
     except StorageError:  # an unknown database is the answer before a bad line, as the engine's write_lines gives
         await app[_STORAGE].call(app[_ENGINE].database, db)
         raise
-    return await app[_STORAGE].call_on(_database_keys(app, db), functools.partial(
+    return await app[_STORAGE].call_on(_database_keys(app, {db}), functools.partial(
         app[_ENGINE].write_measurements, db, measurements))
 
 
-def _database_keys(app: web.Application, db: str) -> frozenset[VnodeKey] | None:
-    """Every vnode of database ``db`` as the catalog defines it now (read on the event loop: a write planned on
-    them checks that they are still its own, :meth:`Ingest.write <walgate.storage.ingest.Ingest.write>`), so that
-    a body below the ingest workers' size holds that database alone, not the whole lane; None (the whole lane)
-    for a database the catalog does not have."""
-    dbdef = app[_ENGINE].catalog.databases.get(db)
-    return None if dbdef is None else frozenset((db, i) for i in range(dbdef.vgroups))
+def _database_keys(app: web.Application, names: Iterable[str | None]) -> frozenset[VnodeKey] | None:
+    """Every vnode of the databases ``names`` as the catalog defines them now (read on the event loop: a write
+    planned on them checks that they are still its own, :meth:`Ingest.write <walgate.storage.ingest.Ingest.write>`),
+    so that a write below the ingest workers' size holds those databases alone, not the whole lane; None (the whole
+    lane) for a database the catalog does not have."""
+    return database_keys(names, app[_ENGINE].catalog.databases)
 
 
 async def _forward_lines(request: web.Request, shared: SharedCatalog, db: str, precision: str,
@@ -995,7 +996,7 @@ async def _write_csv(request: web.Request, db: str, table: str | None, stable: s
             rows = await _planned_write(request, CsvRequest(db, body, table, stable, app[_ENGINE].clock.time_ns()),
                                         len(body))
         else:
-            rows = await app[_STORAGE].call_on(_database_keys(app, db), functools.partial(
+            rows = await app[_STORAGE].call_on(_database_keys(app, {db}), functools.partial(
                 app[_ENGINE].write_csv, db, body, table=table, stable=stable))
     await _acknowledged(app, appended)
     return rows

@@ -17,10 +17,10 @@ database's vnodes change (so a database's ``max_tables`` check sees every creati
 (new or wider supertables: the catalog) are made first by an exclusive call (:meth:`Ingest.apply_changes`); a plan
 that no longer holds (planned again: it may touch anything) is refused on vnodes
 (:class:`~walgate.storage.lanes.Relane`) before anything is written, and applied with the whole storage lane. A
-request planned and applied at once (:meth:`Ingest.write`: the gateway's line-protocol and CSV bodies below the
-ingest workers' size) may run holding every vnode of its database the same way: planned against the live tables of
-the vnodes it holds, refused on vnodes before anything is written when its plan changes a schema or writes another
-database. Every other write runs with the whole lane.
+request planned and applied at once (:meth:`Ingest.write`: the gateway's INSERTs, line-protocol and CSV bodies
+below the ingest workers' size) may run holding every vnode of the databases it writes the same way: planned against
+the live tables of the vnodes it holds, refused on vnodes before anything is written when its plan changes a schema
+or writes or reads another database. Every other write runs with the whole lane.
 
 Values are typed a whole column at a time (pyarrow kernels; :mod:`~walgate.storage.lineproto_columns`,
 :func:`~walgate.storage.values.coerce_texts`, :func:`~walgate.storage.values.coerce_values`) into one Arrow batch
@@ -33,7 +33,7 @@ instead, which names the first bad line, row or record; both paths plan the same
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import pyarrow as pa
@@ -68,7 +68,30 @@ from walgate.storage.write_plan import (
     typed_batch,
 )
 
-__all__ = ["Ingest", "RowPlan", "merge_schema", "write_keys"]
+__all__ = ["Ingest", "RowPlan", "database_keys", "insert_databases", "merge_schema", "request_databases", "write_keys"]
+
+
+def database_keys(names: Iterable[str | None], databases: Mapping[str, DatabaseDef]) -> frozenset[VnodeKey] | None:
+    """Every vnode of each database of ``names``, as ``databases`` define them; None (the whole storage lane) when
+    one is None (not known) or not in ``databases``."""
+    named = set(names)
+    if None in named or not named <= databases.keys():
+        return None
+    return frozenset((name, i) for name in named if name is not None for i in range(databases[name].vgroups))
+
+
+def request_databases(request: WriteRequest) -> set[str | None]:
+    """The databases ``request`` writes, as far as it tells before it is planned: a line-protocol or CSV body's; a
+    parsed INSERT's targets' (the session's for a target that names none); None among them where it does not tell
+    (an INSERT not parsed yet, or a target naming no database without a session one)."""
+    if not isinstance(request, InsertRequest):
+        return {request.db}
+    return {None} if isinstance(request.stmt, str) else insert_databases(request.stmt, request.session)
+
+
+def insert_databases(stmt: ast.Insert, session: str | None) -> set[str | None]:
+    """The databases of ``stmt``'s targets (``session`` for one that names none)."""
+    return {t.table.db or session for t in stmt.targets}
 
 
 def write_keys(p: PreparedWrite, databases: Mapping[str, DatabaseDef]) -> frozenset[VnodeKey] | None:
@@ -76,9 +99,7 @@ def write_keys(p: PreparedWrite, databases: Mapping[str, DatabaseDef]) -> frozen
     ``databases`` define them (what the plan read, on the event loop; the catalog, on the lane); None (the whole
     storage lane) when it changes a schema (the catalog) or such a database is gone."""
     names = {*p.plans, *(db for db, _ in p.assumed), *(db for db, _ in p.covered)}
-    if p.changes or any(name not in databases for name in names):
-        return None
-    return frozenset((name, i) for name in names for i in range(databases[name].vgroups))
+    return None if p.changes else database_keys(names, databases)
 
 
 class Ingest:
@@ -115,21 +136,15 @@ class Ingest:
         """``request`` planned and applied here, at once; rows written. Holding only some vnodes (module docstring):
         :class:`~walgate.storage.lanes.Relane`, nothing written, unless they are the plan's :func:`write_keys` (it
         changes no schema: the catalog, which nothing changes meanwhile, is read as the plan read it); checked
-        before it is planned too, as far as the request tells (the vnodes of a line-protocol or CSV body's database,
-        whose tables its plan reads)."""
+        before it is planned too, as far as the request tells (:func:`request_databases`: its plan reads their
+        tables)."""
         keyed = held() is not None
-        if keyed and not covers(self._database_keys(request)):
+        if keyed and not covers(database_keys(request_databases(request), self.store.catalog.databases)):
             raise Relane
         p = write_plan.plan(self.snapshot(), request)
         if keyed and not covers(write_keys(p, self.store.catalog.databases)):
             raise Relane
         return self._commit(p)
-
-    def _database_keys(self, request: WriteRequest) -> frozenset[VnodeKey] | None:
-        """Every vnode of the database a line-protocol or CSV ``request`` writes; None for an INSERT (it may name
-        any database) or a database the catalog does not have."""
-        db = None if isinstance(request, InsertRequest) else self.store.catalog.databases.get(request.db)
-        return None if db is None else frozenset((db.name, i) for i in range(db.vgroups))
 
     def apply(self, prepared: PreparedWrite, request: WriteRequest) -> int:
         """Write ``prepared`` (planned from ``request``, maybe in another process) if what it read still holds
