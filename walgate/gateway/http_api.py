@@ -373,14 +373,18 @@ async def _statement(request: web.Request, appended: list[LedAppend]) -> web.Str
             result = await coordinator_sql.run(stmt, engine, app[_GROUPS], app[_STORAGE])
             if authorizer is not None:
                 result = visible(authorizer, principal, host, stmt, result)
+        elif isinstance(stmt, ast.Insert):  # holding the vnodes of the databases it writes (Ingest.write)
+            result = await app[_STORAGE].call_on(
+                _database_keys(app, insert_databases(stmt, db)),
+                functools.partial(_run, engine, authorizer, principal, host, stmt, db),
+                None if shared is None else functools.partial(shared.run, _run, engine, authorizer, principal, host,
+                                                              stmt, db))
         elif shared is not None:  # cluster mode: users and grants are the cluster's
             if forwarded is None and isinstance(stmt, ast.CreateStable):
                 await app[_STORAGE].call(_name_here, engine, stmt.name, db)
             result = await shared.run(_run, engine, authorizer, principal, host, stmt, db)
-        else:  # an INSERT holding the vnodes of the databases it writes (Ingest.write), any other the whole lane
-            keys = _database_keys(app, insert_databases(stmt, db)) if isinstance(stmt, ast.Insert) else None
-            result = await app[_STORAGE].call_on(keys, functools.partial(_run, engine, authorizer, principal, host,
-                                                                         stmt, db))
+        else:
+            result = await app[_STORAGE].call(_run, engine, authorizer, principal, host, stmt, db)
     except NotHere:  # rows for another node's vgroup: nothing written; each node's part sent to it
         if shared is None or forwarded is not None:
             raise
