@@ -32,9 +32,10 @@ from walgate.storage.engine import Engine
 from walgate.storage.errors import LimitExceeded, StorageUnavailable
 from walgate.storage.ingest import write_keys
 from walgate.storage.lanes import LaneViolation, Relane, VnodeKey, check_vnode, held
+from walgate.storage.lineproto_columns import parse_body
 from walgate.storage.vnode import vnode_of
 from walgate.storage.wal import Wal
-from walgate.storage.write_plan import InsertRequest
+from walgate.storage.write_plan import InsertRequest, SchemaChangeNeeded
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
@@ -284,32 +285,39 @@ async def test_a_stale_plan_is_planned_again_with_the_whole_lane(tmp_path: Path,
 
 async def test_a_write_planned_on_its_database_s_vnodes_holds_them_alone(tmp_path: Path, lane: StorageThread) -> None:
     """A body planned and written at once (below the ingest workers' size) on every vnode of its database: a new
-    supertable (the catalog) or vnodes that are not all of the database's is refused there before anything is
-    written (Relane) and written with the whole lane; new subtables of a supertable that exists need no more."""
+    or wider supertable (the catalog) or vnodes that are not all of the database's is refused there before anything
+    is written (Relane) and written with the whole lane, or, asked so, the schema changes it needs are asked for
+    alone (SchemaChangeNeeded); new subtables of a supertable that exists need no more."""
     engine = Engine.open(tmp_path / "data")
     engine.execute("CREATE DATABASE d VGROUPS 2")
     both = frozenset({("d", 0), ("d", 1)})
 
-    def lines(first: int, count: int) -> functools.partial[int]:
-        body = "\n".join(f"m,id=s{i} v={i}i {TS + i}" for i in range(first, first + count)).encode()
-        return functools.partial(engine.write_lines, "d", body)
+    def lines(first: int, count: int, schemas_apart: bool = False, field: str = "") -> functools.partial[int]:
+        body = "\n".join(f"m,id=s{i} v={i}i{field} {TS + i}" for i in range(first, first + count)).encode()
+        return functools.partial(engine.write_measurements, "d", parse_body(body, "ns"), schemas_apart)
 
-    assert await lane.call_on(both, lines(0, 1)) == 1 and lane.relaned == 1  # d.m made: the whole lane
+    with pytest.raises(SchemaChangeNeeded) as needed:  # d.m to make: asked for apart from the rows, nothing written
+        await lane.call_on(both, lines(0, 1, schemas_apart=True))
+    assert lane.relaned == 0 and ("d", "m") not in engine.catalog.stables
+    await lane.call(engine.make_schemas, needed.value.changes)
+    assert await lane.call_on(both, lines(0, 1, schemas_apart=True)) == 1 and lane.relaned == 0
+    assert await lane.call_on(both, lines(1000, 1)) == 1 and lane.relaned == 0
+    assert await lane.call_on(both, lines(2000, 1, field=",x=2i")) == 1 and lane.relaned == 1  # d.m widened: whole lane
     assert await lane.call_on(both, lines(1, 50)) == 50 and lane.relaned == 1  # 50 new subtables on d's vnodes
     assert await lane.call_on(frozenset({("d", 0)}), lines(51, 50)) == 50 and lane.relaned == 2  # not all of d's
-    inserts = " ".join(f"d.q{i} USING d.m TAGS ('q{i}') VALUES ({TS + i}, {i})" for i in range(10))
+    inserts = " ".join(f"d.q{i} USING d.m TAGS ('q{i}') (_ts, v) VALUES ({TS + i}, {i})" for i in range(10))
     assert (await lane.call_on(both, functools.partial(engine.execute, f"INSERT INTO {inserts}"))).rows == [[10]]
     assert lane.relaned == 2  # 10 new subtables by an INSERT on d's vnodes
     engine.execute("CREATE DATABASE e VGROUPS 1")
     engine.execute("CREATE STABLE e.m (ts TIMESTAMP, v BIGINT) TAGS (id VARCHAR(8))")
-    two = f"INSERT INTO d.r USING d.m TAGS ('r') VALUES ({TS}, 1) e.r USING e.m TAGS ('r') VALUES ({TS}, 1)"
+    two = f"INSERT INTO d.r USING d.m TAGS ('r') (_ts, v) VALUES ({TS}, 1) e.r USING e.m TAGS ('r') VALUES ({TS}, 1)"
     assert (await lane.call_on(both, functools.partial(engine.execute, two))).rows == [[2]]
     assert lane.relaned == 3  # it writes e too: the whole lane
     csv = b"tbname,_ts,v,id\n" + b"".join(b"c%d,%d,%d,c%d\n" % (i, TS + i, i, i) for i in range(20))
     assert await lane.call_on(both, functools.partial(engine.write_csv, "d", csv, stable="m")) == 20
     assert lane.relaned == 3  # 20 new subtables by CSV on d's vnodes
-    assert engine.execute("SELECT COUNT(*) FROM d.m").rows == [[132]]
-    assert len(engine.execute("SHOW d.TABLES").rows) == 132
+    assert engine.execute("SELECT COUNT(*) FROM d.m").rows == [[134]]
+    assert len(engine.execute("SHOW d.TABLES").rows) == 134
     engine.close()
 
 
@@ -364,9 +372,8 @@ def test_a_write_held_in_its_wal_append_delays_no_produce_fetch_or_list_offsets(
 
     with gateway_thread(tmp_path / "data") as gateway, concurrent.futures.ThreadPoolExecutor(1) as pool:
         sql(gateway, "CREATE DATABASE big VGROUPS 2")
-        if len(body) < PLAN_IN_WORKER_BYTES:  # (a body planned on the lane that makes big.m takes the whole lane)
+        if path == "/rest/sql":  # (a line-protocol body's new big.m is made alone first, then its rows)
             assert post(gateway, "/influxdb/v1/write?db=big&precision=ms", b"m,host=h0 v=0.5 1600000000000")[0] == 204
-        relaned = gateway._storage.relaned  # (a planned body's new big.m is made alone first, then its rows)
         bootstrap = f"127.0.0.1:{gateway.kafka_address[1]}"
         admin = AdminClient({"bootstrap.servers": bootstrap})
         admin.create_topics([NewTopic("k", 1)])["k"].result(30)
@@ -395,4 +402,4 @@ def test_a_write_held_in_its_wal_append_delays_no_produce_fetch_or_list_offsets(
             release.set()
         assert write.result(120)[0] in (200, 204)
         assert int(sql(gateway, "SELECT COUNT(*) FROM big.m WHERE _ts >= 1700000000000")["data"][0][0]) == rows
-        assert gateway._storage.relaned == relaned
+        assert gateway._storage.relaned == 0

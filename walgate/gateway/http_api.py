@@ -922,10 +922,12 @@ async def _write_lines(request: web.Request, db: str, precision: str, body: byte
     through its catalog stream: :mod:`.schemaless`); rows written."""
     app = request.app
     shared = app[_SHARED]() if _SHARED in app else None
+    alone = (None if app[_ENGINE].catalog.cluster  # (a single node's: an exclusive call, then the write again)
+             else lambda changes: app[_STORAGE].call(app[_ENGINE].make_schemas, changes))
     with recording() as appended:
         rows = await with_schemas(shared, app[_ENGINE].make_schemas,
                                   lambda: _write_lines_here(request, db, precision, body),
-                                  functools.partial(_no_table_named, request))
+                                  functools.partial(_no_table_named, request), alone)
     await _acknowledged(app, appended)
     return rows
 
@@ -944,8 +946,8 @@ async def _write_lines_here(request: web.Request, db: str, precision: str, body:
     except StorageError:  # an unknown database is the answer before a bad line, as the engine's write_lines gives
         await app[_STORAGE].call(app[_ENGINE].database, db)
         raise
-    return await app[_STORAGE].call_on(_database_keys(app, {db}), functools.partial(
-        app[_ENGINE].write_measurements, db, measurements))
+    return await app[_STORAGE].call_on(_database_keys(app, {db}), functools.partial(  # (its schema changes apart:
+        app[_ENGINE].write_measurements, db, measurements, schemas_apart=True))  # with_schemas)
 
 
 def _database_keys(app: web.Application, names: Iterable[str | None]) -> frozenset[VnodeKey] | None:

@@ -22,6 +22,11 @@ Two nodes making the same change both write their rows: the controller takes one
 write planned again against the winner's supertable is refused as on a single node (``field f is ... but the column
 is ...``). Without etcd's majority the change is refused (:class:`~walgate.storage.errors.ClusterUnavailable`: HTTP
 503), nothing written; writes needing no change go on.
+
+A single node makes a write's changes apart from its rows the same way, without the stream: a line-protocol body
+planned on its database's vnodes that needs them is refused there the same way (``schemas_apart``:
+:meth:`Ingest.write <walgate.storage.ingest.Ingest.write>`), its changes are made by an exclusive call of their own
+(``alone``), and it is planned again, so that only the changes, not the whole write, hold the storage lane.
 """
 
 from __future__ import annotations
@@ -48,31 +53,39 @@ Changes = list[tuple[StableDef | None, StableDef]]
 
 async def with_schemas(shared: SharedCatalog | None, make: Callable[[Changes], object],
                        write: Callable[[], Awaitable[T]],
-                       no_clash: Callable[[SharedCatalog, Changes], Awaitable[None]]) -> T:
+                       no_clash: Callable[[SharedCatalog, Changes], Awaitable[None]],
+                       alone: Callable[[Changes], Awaitable[object]] | None = None) -> T:
     """``write()``'s result, the supertables it needs made first through the cluster's stream (module docstring;
     ``make``: the engine's staged call that makes them, once ``no_clash`` did not refuse them: it raises when a new
-    supertable is named like a table). Without ``shared`` (a single node, or a cluster node that has not joined the
-    cluster yet) ``write()`` as is: one that needs a change is refused as unavailable (retriable)."""
+    supertable is named like a table). Without ``shared``: on a single node (``alone``: how it makes them, an
+    exclusive call), made that way first; on a cluster node that has not joined the cluster yet (no ``alone``), a
+    write that needs a change is refused as unavailable (retriable)."""
     refused: tuple[Changes, InvalidValue] | None = None
     for _ in range(ATTEMPTS):
         try:
             return await write()
         except SchemaChangeNeeded as e:
-            if shared is None:  # only a cluster node's engine asks: it is starting, its catalog stream not followed yet
+            if shared is None and alone is None:  # a cluster node starting, its catalog stream not followed yet
                 raise ClusterUnavailable("This node has not joined the cluster yet: a write that creates or widens a"
                                          " supertable is refused, nothing written; retry") from None
             if refused is not None and refused[0] == e.changes:  # the refusal stands after catching up (an ALTER's:
                 raise refused[1] from None  # a CREATE refused is there after catching up, or the write refused)
             changes = e.changes
-        await shared.catch_up()
-        await no_clash(shared, changes)
+        if shared is not None:
+            await shared.catch_up()
+            await no_clash(shared, changes)
         try:
-            await shared.run(make, changes)
+            if shared is not None:
+                await shared.run(make, changes)
+            else:
+                assert alone is not None  # (refused above)
+                await alone(changes)
             refused = None
-        except InvalidValue as e:  # another node changed the supertable first: plan against what it made
+        except InvalidValue as e:  # another write changed the supertable first: plan against what it made
             log.info("a schemaless change of %s was refused: %s", ", ".join(
                 f"{new.db}.{new.name}" for _, new in changes), e.message)
             refused = (changes, e)
-            await shared.catch_up()
+            if shared is not None:
+                await shared.catch_up()
     raise ClusterUnavailable(f"The supertables of this write kept changing meanwhile ({ATTEMPTS} plans): nothing was "
                              "written; retry")

@@ -252,10 +252,11 @@ class Engine:
         """Database ``name``'s definition (NotFound: no such database)."""
         return self.catalog.database(name)
 
-    def write_measurements(self, db: str, measurements: list[Measurement]) -> int:
+    def write_measurements(self, db: str, measurements: list[Measurement], schemas_apart: bool = False) -> int:
         """:meth:`write_lines` of a body :func:`~walgate.storage.lineproto_columns.parse_body` parsed elsewhere (it is
-        pure: a large body need not hold this thread while it is parsed); rows written."""
-        return self.ingest.write_measurements(db, measurements)
+        pure: a large body need not hold this thread while it is parsed); rows written (``schemas_apart``:
+        :meth:`Ingest.write`)."""
+        return self.ingest.write_measurements(db, measurements, schemas_apart)
 
     def write_csv(self, db: str, body: bytes, *, table: str | None = None, stable: str | None = None) -> int:
         """CSV with a header row into ``table``, or into subtables of ``stable`` named by a ``tbname`` column."""

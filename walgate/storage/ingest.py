@@ -61,6 +61,7 @@ from walgate.storage.write_plan import (
     PreparedWrite,
     Reads,
     RowPlan,
+    SchemaChangeNeeded,
     TableLookup,
     WriteRequest,
     WriteSnapshot,
@@ -98,8 +99,12 @@ def write_keys(p: PreparedWrite, databases: Mapping[str, DatabaseDef]) -> frozen
     """The vnodes applying ``p`` holds: every vnode of each database whose tables it writes or read, as
     ``databases`` define them (what the plan read, on the event loop; the catalog, on the lane); None (the whole
     storage lane) when it changes a schema (the catalog) or such a database is gone."""
-    names = {*p.plans, *(db for db, _ in p.assumed), *(db for db, _ in p.covered)}
-    return None if p.changes else database_keys(names, databases)
+    return None if p.changes else _tables_keys(p, databases)
+
+
+def _tables_keys(p: PreparedWrite, databases: Mapping[str, DatabaseDef]) -> frozenset[VnodeKey] | None:
+    """Every vnode of each database whose tables ``p`` writes or read (:func:`database_keys`)."""
+    return database_keys({*p.plans, *(db for db, _ in p.assumed), *(db for db, _ in p.covered)}, databases)
 
 
 class Ingest:
@@ -132,17 +137,22 @@ class Ingest:
         return WriteSnapshot(catalog.generation, dict(catalog.databases), dict(catalog.stables),
                              StoredTables(stores, known), catalog.cluster)
 
-    def write(self, request: WriteRequest) -> int:
+    def write(self, request: WriteRequest, schemas_apart: bool = False) -> int:
         """``request`` planned and applied here, at once; rows written. Holding only some vnodes (module docstring):
         :class:`~walgate.storage.lanes.Relane`, nothing written, unless they are the plan's :func:`write_keys` (it
         changes no schema: the catalog, which nothing changes meanwhile, is read as the plan read it); checked
         before it is planned too, as far as the request tells (:func:`request_databases`: its plan reads their
-        tables)."""
+        tables). With ``schemas_apart``, a plan that holds but for its schema changes raises
+        :class:`~walgate.storage.write_plan.SchemaChangeNeeded` instead, nothing written: its caller makes them alone
+        (:meth:`make_schemas`, an exclusive call) and asks again, so the rows still hold only their vnodes."""
         keyed = held() is not None
-        if keyed and not covers(database_keys(request_databases(request), self.store.catalog.databases)):
+        databases = self.store.catalog.databases
+        if keyed and not covers(database_keys(request_databases(request), databases)):
             raise Relane
         p = write_plan.plan(self.snapshot(), request)
-        if keyed and not covers(write_keys(p, self.store.catalog.databases)):
+        if keyed and not covers(write_keys(p, databases)):
+            if schemas_apart and p.changes and covers(_tables_keys(p, databases)):
+                raise SchemaChangeNeeded(p.changes)
             raise Relane
         return self._commit(p)
 
@@ -284,10 +294,12 @@ class Ingest:
         self.store.catalog.database(db)  # an unknown database is refused before the body is read
         return self.write_measurements(db, lineproto_columns.parse_body(body, precision))
 
-    def write_measurements(self, db: str, measurements: list[lineproto_columns.Measurement]) -> int:
+    def write_measurements(self, db: str, measurements: list[lineproto_columns.Measurement],
+                           schemas_apart: bool = False) -> int:
         """:meth:`write_lines` of a body :func:`~walgate.storage.lineproto_columns.parse_body` parsed (elsewhere: it
-        is pure; :func:`~walgate.storage.write_plan.plan_lines`); returns rows written."""
-        return self.write(LinesRequest(db, measurements, "ns", self.store.clock.time_ns()))
+        is pure; :func:`~walgate.storage.write_plan.plan_lines`); returns rows written (``schemas_apart``: as
+        :meth:`write`)."""
+        return self.write(LinesRequest(db, measurements, "ns", self.store.clock.time_ns()), schemas_apart)
 
     def write_csv(self, db: str, body: bytes, *, table: str | None = None, stable: str | None = None) -> int:
         """CSV with a header row into ``table``, or into subtables of ``stable`` named by a ``tbname`` column
