@@ -20,7 +20,8 @@ that no longer holds (planned again: it may touch anything) is refused on vnodes
 request planned and applied at once (:meth:`Ingest.write`: the gateway's INSERTs, line-protocol and CSV bodies
 below the ingest workers' size) may run holding every vnode of the databases it writes the same way: planned against
 the live tables of the vnodes it holds, refused on vnodes before anything is written when its plan changes a schema
-or writes or reads another database. Every other write runs with the whole lane.
+(or, asked so, with its schema changes alone, to be made apart: ``schemas_apart``) or writes or reads another
+database. Every other write runs with the whole lane.
 
 Values are typed a whole column at a time (pyarrow kernels; :mod:`~walgate.storage.lineproto_columns`,
 :func:`~walgate.storage.values.coerce_texts`, :func:`~walgate.storage.values.coerce_values`) into one Arrow batch
@@ -69,7 +70,7 @@ from walgate.storage.write_plan import (
     typed_batch,
 )
 
-__all__ = ["Ingest", "RowPlan", "database_keys", "insert_databases", "merge_schema", "request_databases", "write_keys"]
+__all__ = ["Ingest", "RowPlan", "database_keys", "insert_databases", "merge_schema", "write_keys"]
 
 
 def database_keys(names: Iterable[str | None], databases: Mapping[str, DatabaseDef]) -> frozenset[VnodeKey] | None:
