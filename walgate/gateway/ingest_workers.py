@@ -52,9 +52,10 @@ __all__ = ["NICE", "ORPHAN_CHECK_S", "GATE_S", "PLAN_IN_WORKER_BYTES", "SHUTDOWN
 
 log = logging.getLogger(__name__)
 
-# Smaller bodies hold the storage thread for tens of milliseconds at most; for them the hop to a niced worker costs
-# more than it saves: bench/ingest.py's 450 KB line-protocol bodies, one after the other, went about 30 % slower
-# through a worker (bench/RESULTS.md)
+# Smaller bodies are planned and written in one call holding their database's vnodes (Ingest.write), not the whole
+# lane; for them the hop to a niced worker costs more than it saves: bench/ingest.py's 450 KB line-protocol bodies,
+# one after the other, went about 30 % slower through a worker (bench/RESULTS.md). Such a body may still take its
+# vnodes for a second (20,000 new subtables: bench/RESULTS.md, 2026-12-01)
 PLAN_IN_WORKER_BYTES = 1 << 20
 GATE_S = 0.01  # how often a held plan checks the gate
 
