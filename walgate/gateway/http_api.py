@@ -118,7 +118,7 @@ from walgate.gateway.metrics import Metrics
 from walgate.gateway.query_workers import POLL_S, QueryWorkers, Spool
 from walgate.gateway.replica_status import replicas_check
 from walgate.gateway.replicas import ReplicaManager
-from walgate.gateway.schemaless import Changes, with_schemas
+from walgate.gateway.schemaless import Changes, LocalSchemas, no_other_node, with_schemas
 from walgate.gateway.shared_catalog import SharedCatalog
 from walgate.gateway.sql_forward import (
     FORWARDED,
@@ -374,11 +374,9 @@ async def _statement(request: web.Request, appended: list[LedAppend]) -> web.Str
             if authorizer is not None:
                 result = visible(authorizer, principal, host, stmt, result)
         elif isinstance(stmt, ast.Insert):  # holding the vnodes of the databases it writes (Ingest.write)
-            result = await app[_STORAGE].call_on(
-                _database_keys(app, insert_databases(stmt, db)),
-                functools.partial(_run, engine, authorizer, principal, host, stmt, db),
-                None if shared is None else functools.partial(shared.run, _run, engine, authorizer, principal, host,
-                                                              stmt, db))
+            run = functools.partial(_run, engine, authorizer, principal, host, stmt, db)
+            result = await app[_STORAGE].call_on(_database_keys(app, insert_databases(stmt, db)), run,
+                                                 None if shared is None else functools.partial(shared.run, run))
         elif shared is not None:  # cluster mode: users and grants are the cluster's
             if forwarded is None and isinstance(stmt, ast.CreateStable):
                 await app[_STORAGE].call(_name_here, engine, stmt.name, db)
@@ -921,13 +919,13 @@ async def _write_lines(request: web.Request, db: str, precision: str, body: byte
     """The line-protocol ``body`` into ``db`` written on this node, the supertables it needs made first (in a cluster
     through its catalog stream: :mod:`.schemaless`); rows written."""
     app = request.app
-    shared = app[_SHARED]() if _SHARED in app else None
-    alone = (None if app[_ENGINE].catalog.cluster  # (a single node's: an exclusive call, then the write again)
-             else lambda changes: app[_STORAGE].call(app[_ENGINE].make_schemas, changes))
+    make, write = app[_ENGINE].make_schemas, functools.partial(_write_lines_here, request, db, precision, body)
     with recording() as appended:
-        rows = await with_schemas(shared, app[_ENGINE].make_schemas,
-                                  lambda: _write_lines_here(request, db, precision, body),
-                                  functools.partial(_no_table_named, request), alone)
+        if app[_ENGINE].catalog.cluster:
+            shared = app[_SHARED]() if _SHARED in app else None
+            rows = await with_schemas(shared, make, write, functools.partial(_no_table_named, request))
+        else:
+            rows = await with_schemas(LocalSchemas(app[_STORAGE]), make, write, no_other_node)
     await _acknowledged(app, appended)
     return rows
 

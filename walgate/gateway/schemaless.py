@@ -23,24 +23,25 @@ write planned again against the winner's supertable is refused as on a single no
 is ...``). Without etcd's majority the change is refused (:class:`~walgate.storage.errors.ClusterUnavailable`: HTTP
 503), nothing written; writes needing no change go on.
 
-A single node makes a write's changes apart from its rows the same way, without the stream: a line-protocol body
-planned on its database's vnodes that needs them is refused there the same way (``schemas_apart``:
-:meth:`Ingest.write <walgate.storage.ingest.Ingest.write>`), its changes are made by an exclusive call of their own
-(``alone``), and it is planned again, so that only the changes, not the whole write, hold the storage lane.
+A single node makes a line-protocol body's changes apart from its rows the same way, through :class:`LocalSchemas`
+in the stream's place (an exclusive call of their own, nothing to catch up with, no other node to ask): the body,
+planned on its database's vnodes, is refused there when it needs them (``schemas_apart``: :meth:`Ingest.write
+<walgate.storage.ingest.Ingest.write>`) and planned again once they are made, so that only the changes, not the
+whole write, hold the storage lane.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Any, Protocol, TypeVar
 
-from walgate.gateway.shared_catalog import SharedCatalog
+from walgate.gateway.storage_thread import StorageThread
 from walgate.storage.catalog import StableDef
 from walgate.storage.errors import ClusterUnavailable, InvalidValue
 from walgate.storage.write_plan import SchemaChangeNeeded
 
-__all__ = ["ATTEMPTS", "Changes", "with_schemas"]
+__all__ = ["ATTEMPTS", "Changes", "LocalSchemas", "SchemaStream", "no_other_node", "with_schemas"]
 
 log = logging.getLogger("walgate.cluster")
 
@@ -51,41 +52,64 @@ T = TypeVar("T")
 Changes = list[tuple[StableDef | None, StableDef]]
 
 
-async def with_schemas(shared: SharedCatalog | None, make: Callable[[Changes], object],
-                       write: Callable[[], Awaitable[T]],
-                       no_clash: Callable[[SharedCatalog, Changes], Awaitable[None]],
-                       alone: Callable[[Changes], Awaitable[object]] | None = None) -> T:
-    """``write()``'s result, the supertables it needs made first through the cluster's stream (module docstring;
-    ``make``: the engine's staged call that makes them, once ``no_clash`` did not refuse them: it raises when a new
-    supertable is named like a table). Without ``shared``: on a single node (``alone``: how it makes them, an
-    exclusive call), made that way first; on a cluster node that has not joined the cluster yet (no ``alone``), a
-    write that needs a change is refused as unavailable (retriable)."""
+class SchemaStream(Protocol):
+    """Where a write's supertable changes are made: the cluster's catalog stream (:class:`~walgate.gateway
+    .shared_catalog.SharedCatalog`) or a single node's storage lane (:class:`LocalSchemas`)."""
+
+    async def catch_up(self) -> None:
+        """Apply here what others made meanwhile."""
+
+    async def run(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)``, which makes the changes, on the storage lane; what it changed made everyone's."""
+
+
+S = TypeVar("S", bound=SchemaStream)
+
+
+class LocalSchemas:
+    """A single node's :class:`SchemaStream`: its catalog is its own (nothing to catch up with), and changes are made
+    by an exclusive call of their own on ``storage``."""
+
+    def __init__(self, storage: StorageThread) -> None:
+        self.storage = storage
+
+    async def catch_up(self) -> None:
+        return None
+
+    async def run(self, fn: Callable[..., T], *args: Any) -> T:
+        return await self.storage.call(fn, *args)
+
+
+async def no_other_node(_: SchemaStream, __: Changes) -> None:
+    """A single node's ``no_clash``: its tables are all its own, which its planner sees."""
+
+
+async def with_schemas(shared: S | None, make: Callable[[Changes], object], write: Callable[[], Awaitable[T]],
+                       no_clash: Callable[[S, Changes], Awaitable[None]]) -> T:
+    """``write()``'s result, the supertables it needs made first through ``shared`` (module docstring; ``make``: the
+    engine's call that makes them, once ``no_clash`` did not refuse them: it raises when a new supertable is named
+    like a table). Without ``shared`` (a cluster node that has not joined the cluster yet) ``write()`` as is: one
+    that needs a change is refused as unavailable (retriable)."""
     refused: tuple[Changes, InvalidValue] | None = None
     for _ in range(ATTEMPTS):
         try:
             return await write()
         except SchemaChangeNeeded as e:
-            if shared is None and alone is None:  # a cluster node starting, its catalog stream not followed yet
+            if shared is None:  # a cluster node starting, its catalog stream not followed yet
                 raise ClusterUnavailable("This node has not joined the cluster yet: a write that creates or widens a"
                                          " supertable is refused, nothing written; retry") from None
             if refused is not None and refused[0] == e.changes:  # the refusal stands after catching up (an ALTER's:
                 raise refused[1] from None  # a CREATE refused is there after catching up, or the write refused)
             changes = e.changes
-        if shared is not None:
-            await shared.catch_up()
-            await no_clash(shared, changes)
+        await shared.catch_up()
+        await no_clash(shared, changes)
         try:
-            if shared is not None:
-                await shared.run(make, changes)
-            else:
-                assert alone is not None  # (refused above)
-                await alone(changes)
+            await shared.run(make, changes)
             refused = None
         except InvalidValue as e:  # another write changed the supertable first: plan against what it made
             log.info("a schemaless change of %s was refused: %s", ", ".join(
                 f"{new.db}.{new.name}" for _, new in changes), e.message)
             refused = (changes, e)
-            if shared is not None:
-                await shared.catch_up()
+            await shared.catch_up()
     raise ClusterUnavailable(f"The supertables of this write kept changing meanwhile ({ATTEMPTS} plans): nothing was "
                              "written; retry")
