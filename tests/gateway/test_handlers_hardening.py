@@ -34,6 +34,7 @@ from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.groups import GroupService
 from walgate.gateway.kafka.handlers import HANDLERS, advertised
+from walgate.gateway.kafka.handlers.common import Deferred
 from walgate.gateway.kafka.wakeups import FetchWakeups
 from walgate.gateway.storage_thread import StorageThread
 from walgate.storage.engine import Engine
@@ -89,6 +90,8 @@ async def call(node: Node, api_key: int, version: int, request: Any) -> dict[str
     frame = encode_request(api_key, version, 7, "hardening-test", request)[4:]
     header = parse_request_header(frame)
     fields = await HANDLERS[api_key].fn(node.broker, RequestContext.of(header), decode_view(header, frame))
+    if isinstance(fields, Deferred):  # Produce: the answer awaited after its appends
+        fields = await fields.answer
     assert encode_response(header, build_response(api_key, version, fields))
     return fields
 

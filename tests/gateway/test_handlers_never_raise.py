@@ -23,7 +23,7 @@ from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.groups import GroupService
 from walgate.gateway.kafka.handlers import HANDLERS, advertised
-from walgate.gateway.kafka.handlers.common import Unanswered
+from walgate.gateway.kafka.handlers.common import Deferred, Unanswered
 from walgate.gateway.kafka.wakeups import FetchWakeups
 from walgate.gateway.storage_thread import StorageThread
 from walgate.storage.engine import Engine
@@ -74,6 +74,8 @@ class Rig:
         header = parse_request_header(frame)
         call = HANDLERS[api_key].fn(self.broker, RequestContext.of(header), decode_view(header, frame))
         fields = self.loop.run_until_complete(asyncio.wait_for(call, 10))
+        if isinstance(fields, Deferred):  # Produce: the answer awaited after its appends
+            fields = self.loop.run_until_complete(asyncio.wait_for(fields.answer, 10))
         if isinstance(fields, Unanswered):  # Produce with acks=0: the answer it does not get must build too
             fields = fields.fields
         assert encode_response(header, build_response(api_key, version, fields))

@@ -25,6 +25,7 @@ import walgate.gateway
 from tests.gateway.test_handlers_hardening import Node, node  # noqa: F401 - the fixture
 from walgate.gateway.kafka.context import ANONYMOUS, RequestContext
 from walgate.gateway.kafka.handlers import HANDLERS
+from walgate.gateway.kafka.handlers.common import Deferred
 from walgate.gateway.listeners import ListenerInfo
 from walgate.security.authorizer import Authorizer
 from walgate.wire.errors import ErrorCode
@@ -40,6 +41,8 @@ async def call_as(node: Node, api_key: int, version: int, request: Any, **identi
     ctx = RequestContext.of(header, **identity)
     assert (ctx.api_key, ctx.api_version, ctx.correlation_id, ctx.client_id) == (api_key, version, 11, "context-test")
     fields = await HANDLERS[api_key].fn(node.broker, ctx, decode_view(header, frame))
+    if isinstance(fields, Deferred):  # Produce: the answer awaited after its appends
+        fields = await fields.answer
     assert encode_response(header, build_response(api_key, version, fields))
     return fields
 

@@ -4,7 +4,11 @@ Each connection reads size-prefixed frames, dispatches them one at a time and
 writes every response before reading the next request, so responses go out
 in request order (Kafka's rule; clients pipeline requests and match them by
 order). A long-poll Fetch therefore holds only its own connection; other
-connections have their own tasks.
+connections have their own tasks. Produce requests are the exception: once one's
+appends are made, the connection reads and handles up to :data:`_PIPELINED` more
+Produce requests while it waits for durability and the high watermark, and writes
+their answers in request order (:mod:`.answer_order`); any other request waits
+until they are answered.
 
 Bad input: a frame over ``max_request_bytes``, a malformed frame or header, an
 unknown api key or an unsupported version (other than ApiVersions, which gets
@@ -22,8 +26,12 @@ request is paid for once it is complete, or as soon as more than
 reading on, the connection pays for all of it. A connection that cannot pay
 stops reading (the peer is held back by TCP) until others give bytes back;
 waiters are served first come, first served, and each connection holds at
-most one request's bytes, so a request of any accepted size
-(``max_request_bytes`` <= the budget) is read eventually. Partial requests
+most one request's bytes besides the Produce requests waiting for their answers
+(which end within their timeout), so a request of any accepted size
+(``max_request_bytes`` <= the budget) is read eventually. A node's WalFetch or
+VnodeSnapshot request of at most ``_UNPAID_BYTES`` is not paid for: the fetches
+that move a high watermark are read even while Produce requests waiting for it
+hold the whole budget. Partial requests
 that claim a big size but send little cost nothing (as on Kafka, they wait).
 Outside the budget a connection holds at most ``_UNPAID_BYTES``, what one
 read returns and asyncio's stream buffer (about a MiB).
@@ -78,14 +86,16 @@ import logging
 import ssl
 import struct
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from walgate.gateway.config import QUEUED_MAX_REQUEST_BYTES
+from walgate.gateway.kafka.answer_order import Answered, AnswerQueue, Pending
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import ANONYMOUS, RequestContext
 from walgate.gateway.kafka.frame_writer import FrameWriter
 from walgate.gateway.kafka.handlers import HANDLERS, internal
-from walgate.gateway.kafka.handlers.common import Unanswered
+from walgate.gateway.kafka.handlers.common import Deferred, Unanswered
 from walgate.gateway.kafka.sasl import (
     Authentication,
     SaslFailed,
@@ -115,6 +125,13 @@ connection_log = logging.getLogger("walgate.kafka.connection")
 request_log = logging.getLogger("kafka.request.logger")
 
 _API_VERSIONS = 18
+_PRODUCE = 0
+_PIPELINED = 64
+"""Produce requests a connection has in hand at most, their answers awaited in request order
+(:mod:`~walgate.gateway.kafka.answer_order`). librdkafka without idempotence keeps a request in flight per
+``linger.ms`` and partition leader, its batches shrinking while answers take a replication round: 9 partitions of
+factor 3 on 3 nodes, 200,000 1 KiB records at its defaults (acks=all, linger.ms=5) took 3-4 s at 64, 19-31 s at
+16 and over 300 s at 1 and 5 (bench/RESULTS.md, 2026-12-01)."""
 _INTERNAL = internal()  # handled, never advertised (walgate.wire.internal): only nodes are answered
 _READ_CHUNK = 256 << 10
 _AFTER_FAILED_AUTHENTICATION_S = 1.0
@@ -134,12 +151,24 @@ async def _until_closed_by_client(reader: asyncio.StreamReader) -> None:
                 pass
 
 
+def _replication_request(frame: bytes) -> bool:
+    """Whether ``frame`` is a request of walgate's internal APIs (a follower's WalFetch, a VnodeSnapshot page) no
+    bigger than :data:`_UNPAID_BYTES`: read without paying from the request budget, so that Produce requests waiting
+    for the high watermark, which hold their bytes until answered, can never keep the fetches that move it from being
+    read. (Another client's request of those APIs is refused: only nodes are answered.)"""
+    return len(frame) <= _UNPAID_BYTES and int.from_bytes(frame[:2], "big", signed=True) in _INTERNAL
+
+
 class _Close(Exception):
     """End this connection after logging ``message`` at ``level``."""
 
     def __init__(self, message: str, level: int = logging.WARNING) -> None:
         super().__init__(message)
         self.level = level
+
+
+class _Ended(Exception):
+    """End this connection, ``reason`` its closing line's reason (nothing else logged)."""
 
 
 class RequestBudget:
@@ -310,22 +339,54 @@ class KafkaServer:
         auth = Authentication(sasl, host)  # without SASL settings: only a cluster node may authenticate (.sasl)
         self._active[writer] = loop.time()
         metrics.connection(listener.name, opened=True)
+
+        async def send(pending: Pending, answered: Answered) -> Any:
+            """Write one answer (nothing for acks=0) and record it, its request's bytes given back whatever happens;
+            the fields it answered. Raises _Ended when the connection is to end after it (or instead of it)."""
+            fields, response, handled = answered
+            try:
+                if writer.is_closing():
+                    # the peer reset the connection while its request was handled (a long-poll Fetch), or it was
+                    # closed as idle: the answer has nowhere to go (uvloop's writelines would raise)
+                    raise _Ended("the client went away while its request was handled")
+                await out.write(response)
+            finally:
+                budget.release(pending.held)
+                pending.held = 0
+            sent = time.perf_counter()
+            unanswered = fields if isinstance(fields, Unanswered) else None
+            if unanswered is not None:
+                fields = unanswered.fields
+            metrics.request(pending.header, pending.request, fields, pending.received, pending.started, handled, sent,
+                            bool(response))
+            if request_log.isEnabledFor(logging.DEBUG):
+                _log_request(pending.header, address, pending.size, response,
+                             pending.received, pending.started, handled, sent)
+            self._active[writer] = loop.time()
+            if unanswered is not None and unanswered.refused:
+                raise _Ended(f"a request that gets no answer (acks=0, correlation id {pending.header.correlation_id}) "
+                             f"was refused, closed so that the client notices: {unanswered.refused}")
+            return fields
+
+        answers = AnswerQueue(send, writer.close, _PIPELINED)
         try:
             while True:
                 data = await reader.read(_READ_CHUNK)
                 if not data:
+                    answers.check()  # (a failed answer closed the transport: its reason, not the client's)
                     return
                 done = frames.feed(data)
                 if done:
                     self._reading.pop(writer, None)
                 received = time.perf_counter()
                 for frame in done:
-                    if not held:  # not paid for while it arrived
+                    if not held and not _replication_request(frame):  # not paid for while it arrived
                         await budget.take(len(frame))
                         held = len(frame)
                     self._active[writer] = loop.time()
                     started = time.perf_counter()
                     if auth.raw:  # a bare SASL token after a v0 SaslHandshake
+                        await answers.empty()
                         await self._sasl_token(auth, frame, out)
                         budget.release(held)
                         held = 0
@@ -343,28 +404,15 @@ class KafkaServer:
                     requests += 1
                     ctx = RequestContext.of(header, principal=principal, peer=host, listener=listener,
                                             authentication=auth)
-                    request, fields, response = await self._dispatch(header, ctx, frame)
-                    handled = time.perf_counter()
-                    if writer.is_closing():
-                        # the peer reset the connection while its request was handled (a long-poll Fetch), or it
-                        # was closed as idle: the answer has nowhere to go (uvloop's writelines would raise)
-                        reason = "the client went away while its request was handled"
-                        return
-                    await out.write(response)
-                    sent = time.perf_counter()
-                    unanswered = fields if isinstance(fields, Unanswered) else None
-                    if unanswered is not None:
-                        fields = unanswered.fields
-                    metrics.request(header, request, fields, received, started, handled, sent, bool(response))
-                    if request_log.isEnabledFor(logging.DEBUG):
-                        _log_request(header, address, len(frame), response, received, started, handled, sent)
-                    self._active[writer] = loop.time()
-                    budget.release(held)
-                    held = 0
-                    if unanswered is not None and unanswered.refused:
-                        reason = (f"a request that gets no answer (acks=0, correlation id {header.correlation_id}) "
-                                  f"was refused, closed so that the client notices: {unanswered.refused}")
-                        return
+                    produce = header.api_key == _PRODUCE
+                    await (answers.room() if produce else answers.empty())  # (the module docstring: in order)
+                    request, answer = await self._dispatch(header, ctx, frame,
+                                                           deferrable=produce and not self.broker.quotas.keys)
+                    pending, held = Pending(header, request, received, started, held, len(frame)), 0
+                    if isinstance(answer, asyncio.Future):
+                        answers.add(pending, answer)
+                        continue
+                    fields = await send(pending, answer)
                     if fields is not None and fields.get("throttle_time"):  # over a client quota: mute, as Kafka does
                         await asyncio.sleep(fields["throttle_time"] / 1000)
                     if auth.close:
@@ -382,6 +430,8 @@ class KafkaServer:
         except _Close as why:
             log.log(why.level, "kafka %s: %s; closing the connection", peer, why)
             reason = str(why)
+        except _Ended as why:
+            reason = str(why)
         except WireError as exc:
             log.warning("kafka %s: bad frame (%s); closing the connection", peer, exc)
             reason = f"bad frame ({exc})"
@@ -391,6 +441,8 @@ class KafkaServer:
             # stop(): end normally, because asyncio's stream callback (3.11) logs a cancelled connection task as an error
             reason = "the server is stopping"
         finally:
+            for left in await answers.abandon():
+                held += left.held
             if held:
                 budget.release(held)
             self._connections.discard(task)
@@ -416,33 +468,57 @@ class KafkaServer:
             raise _Close(f"SASL authentication failed: {exc}", logging.INFO) from None
         await out.write([struct.pack(">i", len(token)), token])
 
-    async def _dispatch(self, header: RequestHeader, ctx: RequestContext, frame: bytes) -> tuple[Any, Any, list[Chunk]]:
-        """(the decoded request, the handler's response fields, the response frame); the request and fields are
-        None for the ApiVersions fallback; for an unanswered request (acks=0) the fields are its
-        :class:`~.handlers.common.Unanswered` and the frame is empty."""
+    async def _dispatch(self, header: RequestHeader, ctx: RequestContext, frame: bytes, *, deferrable: bool = False
+                        ) -> tuple[Any, Answered | asyncio.Future[Answered]]:
+        """(the decoded request, its answer: :data:`~.answer_order.Answered`); the request is None for the
+        ApiVersions fallback. A handler's :class:`~.handlers.common.Deferred` answer is awaited here unless
+        ``deferrable``: then the answer is a task of its own, the handler's work in request order done."""
         handler = HANDLERS.get(header.api_key)
         supported = self.broker.versions.get(header.api_key) or _INTERNAL.get(header.api_key)
         if handler is None or supported is None:
             raise _Close(f"unsupported api key {header.api_key} (client {header.client_id!r})")
         if not supported[0] <= header.api_version <= supported[1]:
             if header.api_key == _API_VERSIONS:
-                return None, None, api_versions_fallback(header.correlation_id, self.broker.versions)
+                return None, (None, api_versions_fallback(header.correlation_id, self.broker.versions),
+                              time.perf_counter())
             raise _Close(
                 f"unsupported version {header.api_version} of api key {header.api_key} "
                 f"(supported {supported[0]}-{supported[1]}, client {header.client_id!r})"
             )
         request = decode_view(header, frame)
-        try:
-            began = time.perf_counter()
+        began = time.perf_counter()
+        with self._failing(header):
             fields = await handler.fn(self.broker, ctx, request)
-            if isinstance(fields, Unanswered):
-                return request, fields, []
-            if REQUEST_RATE in self.broker.quotas.keys:  # client quotas: request_percentage on handler time
-                throttle = self.broker.quotas.request_time(header.api_key, ctx.principal, header.client_id,
-                                                           time.perf_counter() - began)
-                if throttle > fields.get("throttle_time", 0):
-                    fields = {**fields, "throttle_time": throttle}
-            return request, fields, encode_response(header, build_response(header.api_key, header.api_version, fields))
+            if isinstance(fields, Deferred):
+                if deferrable:
+                    return request, asyncio.ensure_future(self._deferred(header, ctx, fields, began))
+                fields = await fields.answer
+            return request, self._answer(header, ctx, fields, began)
+
+    async def _deferred(self, header: RequestHeader, ctx: RequestContext, deferred: Deferred, began: float
+                        ) -> Answered:
+        with self._failing(header):
+            return self._answer(header, ctx, await deferred.answer, began)
+
+    def _answer(self, header: RequestHeader, ctx: RequestContext, fields: Any, began: float) -> Answered:
+        """The answer of ``fields`` (nothing to send for :class:`~.handlers.common.Unanswered`), a client quota's
+        throttle on the handler's time since ``began`` in it."""
+        if isinstance(fields, Unanswered):
+            return fields, [], time.perf_counter()
+        if REQUEST_RATE in self.broker.quotas.keys:  # client quotas: request_percentage on handler time
+            throttle = self.broker.quotas.request_time(header.api_key, ctx.principal, header.client_id,
+                                                       time.perf_counter() - began)
+            if throttle > fields.get("throttle_time", 0):
+                fields = {**fields, "throttle_time": throttle}
+        return fields, encode_response(header, build_response(header.api_key, header.api_version, fields)), \
+            time.perf_counter()
+
+    @staticmethod
+    @contextlib.contextmanager
+    def _failing(header: RequestHeader) -> Iterator[None]:
+        """A handler that raises closes the connection, after one ERROR line naming the request and the error."""
+        try:
+            yield
         except asyncio.CancelledError:
             raise
         except Exception as exc:

@@ -11,7 +11,8 @@ the version lacks it), where ``fields`` is
 the version-agnostic mapping (the API's ``<Api>Response`` typed dict) :func:`walgate.wire.protocol.build_response`
 turns into the response of the request's version, or, for a request that gets
 no response (Produce with acks=0), that mapping wrapped in
-:class:`~.common.Unanswered`. A handler does not raise: whatever the
+:class:`~.common.Unanswered`; Produce gives a :class:`~.common.Deferred` of either once its appends are made, the
+rest awaited while the connection's next Produce is handled. A handler does not raise: whatever the
 engine or the coordinator raises is answered as an error code, per partition,
 group or resource (:mod:`.common`), so the connection stays up. It reaches the
 engine only on the storage thread (:meth:`~walgate.gateway.kafka.broker.Broker.call`).
@@ -89,14 +90,14 @@ from walgate.gateway.kafka.handlers import (
     write_share_group_state,
     write_txn_markers,
 )
-from walgate.gateway.kafka.handlers.common import Unanswered
+from walgate.gateway.kafka.handlers.common import Deferred, Unanswered
 from walgate.wire import messages
 from walgate.wire.internal import VERSIONS as INTERNAL
 from walgate.wire.protocol import WIRE_VERSIONS
 
 __all__ = ["Handler", "HANDLERS", "advertised", "internal"]
 
-HandlerFn = Callable[[Any, RequestContext, Any], Awaitable[Mapping[str, Any] | Unanswered]]
+HandlerFn = Callable[[Any, RequestContext, Any], Awaitable[Mapping[str, Any] | Unanswered | Deferred]]
 
 
 @dataclass(frozen=True)

@@ -48,7 +48,7 @@ from __future__ import annotations
 import datetime
 import logging
 import traceback
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any, NamedTuple, TypeVar
 
 from walgate.coordinator.errors import ERROR_CODES as COORDINATOR_ERRORS
@@ -62,7 +62,7 @@ from walgate.wire.errors import ErrorCode
 
 __all__ = [
     "DOMAINS", "ERRORS", "PRODUCE", "GROUP_WRITE", "CREATE_PARTITIONS", "INIT_PRODUCER_ID", "TRANSACTIONS", "AUTO_CREATE",
-    "DESCRIBE_CLIENT_QUOTAS", "LEADER_EPOCH", "Table",
+    "DESCRIBE_CLIENT_QUOTAS", "LEADER_EPOCH", "Table", "Deferred", "Unanswered",
     "error_of", "answered", "millis",
 ]
 
@@ -78,6 +78,17 @@ class Unanswered(NamedTuple):
 
     fields: Mapping[str, Any]
     refused: str = ""
+
+
+class Deferred(NamedTuple):
+    """A handler's result once what its request does is done in request order, its answer still to come (Produce:
+    its appends made; their durability and high watermark still awaited): ``answer`` awaits the rest and gives the
+    fields, or :class:`Unanswered`. The server reads and handles the connection's next Produce requests meanwhile
+    and writes the answers in request order (:mod:`walgate.gateway.kafka.answer_order`), so that one replication
+    round carries several requests' appends."""
+
+    answer: Coroutine[Any, Any, Mapping[str, Any] | Unanswered]
+
 
 log = logging.getLogger("walgate.kafka")
 

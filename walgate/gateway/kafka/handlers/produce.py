@@ -93,7 +93,7 @@ from collections.abc import Callable, Sequence
 from walgate.gateway.kafka.access import Operation, ResourceType, allowed, checker
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
-from walgate.gateway.kafka.handlers.common import PRODUCE, TRANSACTIONS, Unanswered, error_of
+from walgate.gateway.kafka.handlers.common import PRODUCE, TRANSACTIONS, Deferred, Unanswered, error_of
 from walgate.gateway.kafka.leaders import (
     Endpoints,
     current_leader,
@@ -139,7 +139,9 @@ def _answer(index: int, error: int, message: str | None = None, base_offset: int
             "record_errors": [{"batch_index": i, "batch_index_error_message": m} for i, m in record_errors]}
 
 
-async def handle(broker: Broker, ctx: RequestContext, request: ProduceRequest) -> ProduceResponse | Unanswered:
+async def handle(broker: Broker, ctx: RequestContext, request: ProduceRequest) -> Deferred:
+    """The request's partitions checked and appended, in the order the connection's requests came; its answer
+    deferred (:class:`~.common.Deferred`: :func:`_answered`)."""
     writable = checker(broker, ctx, Operation.WRITE, ResourceType.TOPIC)
     denied = ErrorCode.topic_authorization_failed
     tid = request.transactional_id
@@ -155,6 +157,14 @@ async def handle(broker: Broker, ctx: RequestContext, request: ProduceRequest) -
     answers, needs, waits = await broker.call_on(
         lambda topics: partition_keys(topics, written), _produce, request, int(time.time() * 1000), writable, denied,
         refused, broker.node_id, others, broker.led)
+    return Deferred(_answered(broker, ctx, request, others, answers, needs, waits))
+
+
+async def _answered(broker: Broker, ctx: RequestContext, request: ProduceRequest, others: Endpoints,
+                    answers: dict[tuple[str, int], PartitionAnswer], needs: dict[tuple[str, int], list[Need]],
+                    waits: dict[tuple[str, int], list[LedAppend]]) -> ProduceResponse | Unanswered:
+    """The answer of ``request``, whose appends :func:`_produce` made: once each written partition is durable and,
+    for acks=all on a replicated vnode, below the high watermark (or answered with the error the wait ended on)."""
     await asyncio.gather(*(_durable(broker, answers, key, part) for key, part in needs.items() if part))
     await _replicated(broker.led, answers, waits, request.timeout.total_seconds())
     throttle = 0
