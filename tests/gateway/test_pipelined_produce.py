@@ -146,6 +146,35 @@ async def test_a_nodes_wal_fetch_is_read_while_waiting_produce_requests_hold_the
             fetcher.close()
 
 
+async def test_a_client_gone_while_its_answers_wait_leaves_its_appends_and_gives_every_byte_back(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    holding, release = _held_fsyncs(monkeypatch)
+    async with Gateway(Config(data_dir=tmp_path / "data", kafka_port=0, http_port=0)) as gateway:
+        engine, storage, server = gateway._engine, gateway._storage, gateway._kafka
+        assert engine is not None and server is not None
+        await storage.call(engine.create_kafka_topic, TOPIC, 1, {"flush.messages": "1"})
+        host, port = gateway.kafka_address
+        reader, writer = await asyncio.open_connection(host, port)
+        try:
+            holding.set()
+            writer.write(b"".join(_produce(i, b"v") for i in range(1, REQUESTS + 1)))
+            for _ in range(int(BOUND_S / 0.05)):
+                if await storage.call(lambda: int(engine.store.indexes[(TOPIC, 0)].end_offset)) == REQUESTS:
+                    break
+                await asyncio.sleep(0.05)
+            assert server.budget.used > 0  # the requests waiting for their answers hold their bytes
+            writer.close()
+            for _ in range(int(BOUND_S / 0.05)):  # the connection ends, its answers abandoned
+                if server.budget.used == 0:
+                    break
+                await asyncio.sleep(0.05)
+            assert server.budget.used == 0
+        finally:
+            release.set()
+            writer.close()
+        assert await storage.call(lambda: int(engine.store.indexes[(TOPIC, 0)].end_offset)) == REQUESTS
+
+
 def _queue(sent: list[int], depth: int = 2) -> tuple[AnswerQueue, list[bool]]:
     closed: list[bool] = []
 

@@ -86,7 +86,7 @@ import logging
 import ssl
 import struct
 import time
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator, Mapping
 from typing import Any
 
 from walgate.gateway.config import QUEUED_MAX_REQUEST_BYTES
@@ -412,6 +412,7 @@ class KafkaServer:
                     if isinstance(answer, asyncio.Future):
                         answers.add(pending, answer)
                         continue
+                    await answers.empty()  # (a Produce answered here once client quotas came meanwhile: after those)
                     fields = await send(pending, answer)
                     if fields is not None and fields.get("throttle_time"):  # over a client quota: mute, as Kafka does
                         await asyncio.sleep(fields["throttle_time"] / 1000)
@@ -491,14 +492,17 @@ class KafkaServer:
             fields = await handler.fn(self.broker, ctx, request)
             if isinstance(fields, Deferred):
                 if deferrable:
-                    return request, asyncio.ensure_future(self._deferred(header, ctx, fields, began))
+                    answer = fields.answer
+                    task = asyncio.ensure_future(self._deferred(header, ctx, answer, began))
+                    task.add_done_callback(lambda _: answer.close())  # (cancelled before it began: closed)
+                    return request, task
                 fields = await fields.answer
             return request, self._answer(header, ctx, fields, began)
 
-    async def _deferred(self, header: RequestHeader, ctx: RequestContext, deferred: Deferred, began: float
-                        ) -> Answered:
+    async def _deferred(self, header: RequestHeader, ctx: RequestContext,
+                        answer: Coroutine[Any, Any, Mapping[str, Any] | Unanswered], began: float) -> Answered:
         with self._failing(header):
-            return self._answer(header, ctx, await deferred.answer, began)
+            return self._answer(header, ctx, await answer, began)
 
     def _answer(self, header: RequestHeader, ctx: RequestContext, fields: Any, began: float) -> Answered:
         """The answer of ``fields`` (nothing to send for :class:`~.handlers.common.Unanswered`), a client quota's
