@@ -91,12 +91,12 @@ class Produced(Tally):
 
 
 def produce(binary: Path, bootstrap: str, topic: str, partitions: int, processes: int, count: int, size: int,
-            acks: str, pid: int, queue: int = 1_000_000) -> Produced:
+            acks: str, pid: int, queue: int = 1_000_000, idempotent: bool = True) -> Produced:
     """``processes`` C producers sending ``count`` records in all at once (started together once each has the
-    topic's metadata), each with at most ``queue`` records queued or in flight, with the server ``pid``'s
-    CPU-seconds over the same time."""
+    topic's metadata), each with at most ``queue`` records queued or in flight (idempotent with acks=all unless
+    ``idempotent`` is false: librdkafka's default), with the server ``pid``'s CPU-seconds over the same time."""
     procs = [subprocess.Popen([str(binary), bootstrap, topic, str(partitions), str(count // processes), str(size), acks,
-                               str(queue)],
+                               str(queue), "1" if idempotent else "0"],
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env={**os.environ, **CLIENT_ENV})
              for _ in range(processes)]
     try:

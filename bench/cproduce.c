@@ -1,11 +1,11 @@
 /* The benchmark's C producer: librdkafka with nothing per record but a pointer to one shared value, so the client is
  * not the bound of the small-record produce rows.
  *
- * usage: cproduce BOOTSTRAP TOPIC PARTITIONS COUNT SIZE ACKS [QUEUE]
+ * usage: cproduce BOOTSTRAP TOPIC PARTITIONS COUNT SIZE ACKS [QUEUE [IDEMPOTENT]]
  * Fetches the topic's metadata, prints "ready" and waits for a line on stdin (so several processes start together),
  * then sends COUNT values of SIZE bytes round-robin over partitions 0..PARTITIONS-1 with the settings of
- * bench/produce.py's Python producer (linger.ms=5, batch.size=1 MiB, idempotence with acks=all; at most QUEUE records
- * queued or in flight, queue.buffering.max.messages, default 1,000,000), waits for every acknowledgement and prints
+ * bench/produce.py's Python producer (linger.ms=5, batch.size=1 MiB, idempotence with acks=all unless IDEMPOTENT is 0;
+ * at most QUEUE records queued or in flight, queue.buffering.max.messages, default 1,000,000), waits for every acknowledgement and prints
  * "acknowledged seconds p50 p99": the seconds from the go line to the last acknowledgement, and the median and 99th
  * percentile of the acknowledged records' latencies (from the produce call that queued a record to its delivery
  * report: the client's queue included, so with a full queue the latency is QUEUE / the rate, Little's law).
@@ -67,7 +67,8 @@ int main(int argc, char **argv) {
     set(conf, "linger.ms", "5");
     set(conf, "batch.size", "1048576");
     set(conf, "queue.buffering.max.messages", argc > 7 ? argv[7] : "1000000");
-    set(conf, "enable.idempotence", strcmp(argv[6], "all") == 0 ? "true" : "false");
+    int idempotent = strcmp(argv[6], "all") == 0 && !(argc > 8 && strcmp(argv[8], "0") == 0);
+    set(conf, "enable.idempotence", idempotent ? "true" : "false");
     rd_kafka_conf_set_dr_msg_cb(conf, delivered);
     rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof err);
     if (!rk) {

@@ -20,6 +20,12 @@ etcd member, :func:`bench.cluster.cluster`), against replication factor 1 on the
   acknowledgement (the client's queue included: with the queue full it is about :data:`QUEUE` / the rate) and the
   CPU-milliseconds per MB written of the three nodes together (utime + stime from /proc/<pid>/stat over the
   producer's run): on a machine whose cores the nodes share, what bounds the ratio.
+* **At librdkafka's defaults**: one more sample of each factor from the same C producer without idempotence
+  (librdkafka's default: acks=all, a request sent per ``linger.ms`` and leader however many are unanswered, so its
+  batches shrink while answers take a replication round) to :data:`DEFAULTS_PARTITIONS` partitions. A node handling
+  a connection's Produce requests one at a time took over 300 s for the 200,000 records at factor 3 (batches of a
+  few records, one replication round each); walgate appends a connection's next ones while the first waits
+  (walgate/gateway/kafka/answer_order.py).
 
 ``python -m bench --only replicated`` (``--quick``: 100 round trips a topic instead of 1,000, 20,000 records a
 throughput sample instead of 200,000, one sample of each factor). Without a C compiler or librdkafka's header
@@ -47,10 +53,14 @@ SAME_WAL = {"flush.messages": "1"}
 """A Kafka-native topic's WAL at level 2, fsync period 0 (walgate/storage/topic_configs.py), as a replicated vnode's."""
 
 
-def _create(bootstrap: str, topic: str, factor: int) -> None:
+DEFAULTS_PARTITIONS = 9
+"""The partitions of the samples at librdkafka's defaults (:func:`defaults_throughput`): three a node."""
+
+
+def _create(bootstrap: str, topic: str, factor: int, partitions: int = PARTITIONS) -> None:
     configs = {**SAME_WAL, **({"min.insync.replicas": "2"} if factor > 1 else {})}
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(topic, PARTITIONS, factor, config=configs)],
+    admin.create_topics([NewTopic(topic, partitions, factor, config=configs)],
                         request_timeout=120)[topic].result(timeout=180)
 
 
@@ -79,6 +89,37 @@ def throughput(running: LocalCluster, repeat: int, count: int) -> dict[int, list
                   f"{run.rate * VALUE / 1e6:.1f} MB/s, latency p50 {run.p50 * 1e3:.1f} ms p99 {run.p99 * 1e3:.1f} ms, "
                   f"the nodes' CPU-s {run.cpu:.2f} over {run.seconds:.2f} s", flush=True)
     return samples
+
+
+def defaults_throughput(running: LocalCluster, count: int) -> dict[int, cclient.Produced]:
+    """One sample of each replication factor, 3 then 1, as :func:`throughput`'s but from a producer at librdkafka's
+    defaults (acks=all, no idempotence: a request in flight per ``linger.ms`` and leader, however many are
+    unanswered) to :data:`DEFAULTS_PARTITIONS` partitions; none without the C producer."""
+    binary = cclient.build("cproduce")
+    samples: dict[int, cclient.Produced] = {}
+    if binary is None:
+        return samples
+    bootstrap = running.plan.bootstrap
+    for factor in (3, 1):
+        topic = f"rf{factor}-defaults"
+        _create(bootstrap, topic, factor, DEFAULTS_PARTITIONS)
+        run = cclient.produce(binary, bootstrap, topic, DEFAULTS_PARTITIONS, 1, count, VALUE, "all",
+                              running.pids()["node1"], QUEUE, idempotent=False)
+        delete(bootstrap, topic)
+        if run.count < count:
+            raise RuntimeError(f"{topic}: {run.count} of {count} records acknowledged")
+        samples[factor] = run
+        print(f"bench: replicated throughput at librdkafka's defaults, factor {factor}: {run.rate:,.0f} records/s, "
+              f"latency p99 {run.p99 * 1e3:.1f} ms", flush=True)
+    return samples
+
+
+def defaults_rows(samples: dict[int, cclient.Produced]) -> list[Row]:
+    """Records/s of factor 3 against factor 1 at librdkafka's defaults (no target: what a default producer gets)."""
+    if len(samples) < 2:
+        return []
+    return [Row(f"replicated: acks=all produce at librdkafka's defaults, no idempotence, {DEFAULTS_PARTITIONS} "
+                "partitions, factor 3", samples[3].rate, "records/s", "replication factor 1", samples[1].rate)]
 
 
 def throughput_rows(samples: dict[int, list[cclient.Produced]]) -> list[Row]:
@@ -127,6 +168,7 @@ def run(*, quick: bool, repeat: int) -> list[Row]:
         three, one = interleaved(samples, lambda: delivered(producer, "rf3", 0, b"x" * 100),
                                  lambda: delivered(producer, "rf1", 0, b"x" * 100))
         rates = throughput(running, 1 if quick else repeat, 20_000 if quick else 200_000)
+        defaults = defaults_throughput(running, 20_000 if quick else 200_000)
     ms = 1e3
     return [
         Row("replicated: acks=all produce p50, replication factor 3", statistics.median(three) * ms, "ms",
@@ -134,4 +176,5 @@ def run(*, quick: bool, repeat: int) -> list[Row]:
         Row("replicated: acks=all produce p99, replication factor 3", quantile(three, 0.99) * ms, "ms",
             "replication factor 1", quantile(one, 0.99) * ms),
         *throughput_rows(rates),
+        *defaults_rows(defaults),
     ]

@@ -55,6 +55,9 @@ def test_replicated_quick_run_makes_its_throughput_rows() -> None:
     assert throughput.value > 0 and throughput.limit > 0 and throughput.target is not None
     assert rows["  latency p99"].value > 0
     assert rows["  CPU-milliseconds per MB written, the 3 nodes together, factor 3"].value > 0
+    defaults = rows[f"replicated: acks=all produce at librdkafka's defaults, no idempotence, "
+                    f"{replicated.DEFAULTS_PARTITIONS} partitions, factor 3"]
+    assert defaults.value > 0 and defaults.limit > 0
 
 
 def test_failover_quick_run_times_three_kills() -> None:
