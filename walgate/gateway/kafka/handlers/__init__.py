@@ -97,7 +97,8 @@ from walgate.wire.protocol import WIRE_VERSIONS
 
 __all__ = ["Handler", "HANDLERS", "advertised", "internal"]
 
-HandlerFn = Callable[[Any, RequestContext, Any], Awaitable[Mapping[str, Any] | Unanswered | Deferred]]
+HandlerFn = Callable[[Any, RequestContext, Any],
+                     Awaitable[Mapping[str, Any] | Unanswered | Deferred[Mapping[str, Any] | Unanswered]]]
 
 
 @dataclass(frozen=True)

@@ -49,7 +49,7 @@ import datetime
 import logging
 import traceback
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, Generic, NamedTuple, TypeVar
 
 from walgate.coordinator.errors import ERROR_CODES as COORDINATOR_ERRORS
 from walgate.security.errors import ERROR_CODES as SECURITY_ERRORS
@@ -80,14 +80,14 @@ class Unanswered(NamedTuple):
     refused: str = ""
 
 
-class Deferred(NamedTuple):
+class Deferred(NamedTuple, Generic[T]):
     """A handler's result once what its request does is done in request order, its answer still to come (Produce:
     its appends made; their durability and high watermark still awaited): ``answer`` awaits the rest and gives the
     fields, or :class:`Unanswered`. The server reads and handles the connection's next Produce requests meanwhile
     and writes the answers in request order (:mod:`walgate.gateway.kafka.answer_order`), so that one replication
     round carries several requests' appends."""
 
-    answer: Coroutine[Any, Any, Mapping[str, Any] | Unanswered]
+    answer: Coroutine[Any, Any, T]
 
 
 log = logging.getLogger("walgate.kafka")

@@ -139,7 +139,8 @@ def _answer(index: int, error: int, message: str | None = None, base_offset: int
             "record_errors": [{"batch_index": i, "batch_index_error_message": m} for i, m in record_errors]}
 
 
-async def handle(broker: Broker, ctx: RequestContext, request: ProduceRequest) -> Deferred:
+async def handle(broker: Broker, ctx: RequestContext, request: ProduceRequest
+                 ) -> Deferred[ProduceResponse | Unanswered]:
     """The request's partitions checked and appended, in the order the connection's requests came; its answer
     deferred (:class:`~.common.Deferred`: :func:`_answered`)."""
     writable = checker(broker, ctx, Operation.WRITE, ResourceType.TOPIC)
