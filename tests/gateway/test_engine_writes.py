@@ -5,6 +5,7 @@ answered per group (one write to its coordinator partition)."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import shutil
@@ -176,7 +177,10 @@ def insert(a: str, b: str, ts: int) -> str:
     return f"INSERT INTO u.{a} VALUES ({ts}, 1.0) u.{b} USING u.m TAGS ('b') VALUES ({ts}, 2.0)"
 
 
-def visible(engine: Engine) -> tuple[list[float], list[str], list[tuple[int, int]], list[tuple[int, int]]]:
+Visible = tuple[list[float], list[str], list[tuple[int, int]], list[tuple[int, int]]]
+
+
+def visible(engine: Engine) -> Visible:
     """What anyone can see of database u: rows (their values), tables, the topic's offsets, each WAL's next version
     and size."""
     return (sorted(v for [v] in engine.execute("SELECT v FROM u.m").rows),
@@ -187,21 +191,30 @@ def visible(engine: Engine) -> tuple[list[float], list[str], list[tuple[int, int
 FAULTS = [("write", "enospc", 1), ("write", "eio", 1), ("write", "short", 1), ("fdatasync", "eio", 2)]
 
 
-@pytest.mark.parametrize(("op", "kind", "level"), FAULTS, ids=[f"{op}-{kind}" for op, kind, _ in FAULTS])
-def test_a_request_a_later_vnode_refuses_is_written_nowhere(tmp_path: Path, op: str, kind: str, level: int) -> None:
-    engine = Engine.open(tmp_path / "data")
+@contextlib.contextmanager
+def second_append_refused(engine: Engine, op: str, kind: str, level: int) -> Iterator[tuple[str, Visible]]:
+    """Database ``u`` of two vnodes at WAL ``level`` (:func:`two_vnode_db`), then (an INSERT into both, what is
+    visible before it): the block must run the INSERT and have it raise StorageUnavailable, the disk refusing vnode
+    1's append (``op`` failing with ``kind``) after vnode 0's succeeded."""
     faults = Faults()
     a, b, per_append = two_vnode_db(engine, level, faults, op)
     before = visible(engine)
     with faults.active():
         faults.fail_kind(op, kind, at=per_append + 1)  # vnode 1's append, after vnode 0's succeeded
         with pytest.raises(StorageUnavailable):
-            engine.execute(insert(a, b, TS + 1))
+            yield insert(a, b, TS + 1), before
+
+
+@pytest.mark.parametrize(("op", "kind", "level"), FAULTS, ids=[f"{op}-{kind}" for op, kind, _ in FAULTS])
+def test_a_request_a_later_vnode_refuses_is_written_nowhere(tmp_path: Path, op: str, kind: str, level: int) -> None:
+    engine = Engine.open(tmp_path / "data")
+    with second_append_refused(engine, op, kind, level) as (statement, before):
+        engine.execute(statement)
     assert visible(engine) == before  # nothing of it: rows, tables, offsets, WAL versions and bytes
     engine.close()
     engine = Engine.open(tmp_path / "data")
     assert visible(engine) == before  # nor after a restart
-    engine.execute(insert(a, b, TS + 1))  # the client's retry: written once
+    engine.execute(statement)  # the client's retry: written once
     rows_after = visible(engine)[0]
     assert rows_after == sorted(before[0] + [1.0, 2.0])
     engine.close()

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from tests.gateway.gateway_helpers import gateway_thread, sql
-from tests.gateway.test_engine_writes import FAULTS, TS, insert, two_vnode_db, visible
+from tests.gateway.test_engine_writes import FAULTS, TS, insert, second_append_refused, two_vnode_db, visible
 from tests.gateway.test_query_lane import post
 from tests.storage.faults import Faults
 from tests.storage.write_requests import planned
@@ -274,13 +274,8 @@ async def test_a_write_planned_on_the_lane_that_a_later_vnode_refuses_is_written
     refused by the disk: nothing of it anywhere, before and after a restart, as with the whole lane
     (test_engine_writes.py)."""
     engine = Engine.open(tmp_path / "data")
-    faults = Faults()
-    a, b, per_append = two_vnode_db(engine, level, faults, op)
-    before = visible(engine)
-    with faults.active():
-        faults.fail_kind(op, kind, at=per_append + 1)  # vnode 1's append, after vnode 0's succeeded
-        with pytest.raises(StorageUnavailable):
-            await lane.call_on(frozenset({("u", 0), ("u", 1)}), functools.partial(engine.execute, insert(a, b, TS + 1)))
+    with second_append_refused(engine, op, kind, level) as (statement, before):
+        await lane.call_on(frozenset({("u", 0), ("u", 1)}), functools.partial(engine.execute, statement))
     assert lane.relaned == 0  # it ran holding u's vnodes only
     assert visible(engine) == before
     engine.close()
