@@ -608,7 +608,9 @@ def test_group_members_read_every_record_in_order_while_each_node_is_killed(node
             f"{client.name}: {len(acked - set(values))} acknowledged records not read, " \
             f"{len(set(values) - sent)} read that no one sent; {faults}"
         group = f"kills-{client.name}"
-        assert committed_offsets(nodes, topic, group) == ends, f"{group}'s committed offsets; {faults}"
+        commits = [e for e in events(member) if e["event"] == "committed"]
+        assert committed_offsets(nodes, topic, group) == ends, \
+            f"{group}'s committed offsets; its commits {commits[-3:]}; {faults}"
         history += member_history(number, member)
     checked(history + final_reads(nodes, topic), faults)
 

@@ -117,6 +117,8 @@ async def test_share_reads_of_a_replicated_partition_follow_its_leader(
     async with trio(etcd, tmp_path, monkeypatch, replicated=True) as t, shares(t):
         one, two = t.nodes[1], t.nodes[2]
         await t.started()  # node 1 (the placement's first replica) leads epoch 1
+        await until(lambda: _is(two.broker.led is not None and two.broker.led.followed_epoch(DB_ID, 0) == 1),
+                    "node 2 follows node 1 (the state read: the leader it names)")
         topic_id = await one.side.call(one.side.engine.topic_id, REPLICATED_TOPIC)
         for node in (one, two):
             await joined(node)
