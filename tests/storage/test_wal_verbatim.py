@@ -76,7 +76,8 @@ def test_entries_that_fail_a_check_are_refused_and_nothing_is_written(tmp_path: 
     cuts = _batches(raw)
     half = cuts[len(cuts) // 2]
     follower = Wal.open(tmp_path / "follower", LEVEL2)
-    assert follower.append_verbatim(parse(raw[: half[0]], 0))[-1].next_version == half[2]
+    follower.append_verbatim(parse(raw[: half[0]], 0))
+    assert follower.next_version == half[2]
     size, end = follower.segments[-1].size, follower.next_version
     rest = raw[half[0] :]
 
@@ -109,8 +110,10 @@ def test_entries_that_fail_a_check_are_refused_and_nothing_is_written(tmp_path: 
     flags = encode_entry(KIND_DATA, 0x2, end, 1, 0, b"a flag of a later release")
     refused(flags, end, "newer format")
     refused(encode_entry(KIND_DATA, FLAG_MORE, end, 1, 0, b"x"), end, "end inside a batch")
-    assert follower.append_verbatim(parse(b"", end)) == []
-    assert [e.version for e in follower.append_verbatim(parse(rest, end))] == [e.version for e in leader.read_from(end)]
+    follower.append_verbatim(parse(b"", end))
+    assert (follower.next_version, _wal_bytes(follower.dir)) == (end, raw[: half[0]])
+    follower.append_verbatim(parse(rest, end))
+    assert [(e.version, e.body) for e in follower.read_from(end)] == [(e.version, e.body) for e in leader.read_from(end)]
     assert _wal_bytes(follower.dir) == raw
     follower.close()
     reopened = Wal.open(tmp_path / "follower", LEVEL2)

@@ -546,9 +546,9 @@ class Wal:
             waited = max(waited, max(e[2] for e in entries) - self._active_first_ts)
         return self.options.segment_ms <= waited
 
-    def append_verbatim(self, run: VerbatimRun) -> list[WalEntry]:
+    def append_verbatim(self, run: VerbatimRun) -> None:
         """Append ``run``, whole entries of a leader's WAL, byte for byte (a follower's copy:
-        docs/plans/replication-wiring.md, step 4); the entries, as :meth:`read_from` would give them.
+        docs/plans/replication-wiring.md, step 4).
 
         :func:`walgate.storage.wal_verbatim.parse` checked the run when it made it (every header's and body's
         CRC32C, a known format, versions continuing from its first, whole entries ending a batch): no checksum is
@@ -564,7 +564,7 @@ class Wal:
             raise EntriesRefused(f"wal {self.dir}: entries from version {first_version} do not continue the WAL, "
                                  f"whose next version is {self.next_version}")
         if not parsed:
-            return []
+            return
         self._undo = None
         self._refuse_held()
         self._unfence()
@@ -602,9 +602,6 @@ class Wal:
             self.unsynced.note(self, self.next_version)
         if self.appended is not None:
             self.appended()
-        view = memoryview(raw)
-        return [WalEntry(e.version, e.count, e.kind, e.max_ts,
-                         bytes(view[e.start + HEADER_SIZE : e.start + HEADER_SIZE + e.body_len])) for e in parsed]
 
     def note_end(self) -> None:
         """Under group commit, note a need for every version appended so far (an answer given from memory, such as
