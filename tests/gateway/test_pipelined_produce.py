@@ -25,6 +25,7 @@ from walgate.gateway.config import Config
 from walgate.gateway.kafka.answer_order import Answered, AnswerQueue, Pending
 from walgate.gateway.server import Gateway
 from walgate.storage import fileio
+from walgate.storage.quotas import entity
 from walgate.wire import encode_batch
 from walgate.wire.errors import ErrorCode
 from walgate.wire.protocol import encode_request, request_class
@@ -47,6 +48,9 @@ def _held_fsyncs(monkeypatch: pytest.MonkeyPatch) -> tuple[threading.Event, thre
 
     monkeypatch.setattr(fileio, "fdatasync", held_fdatasync)
     return holding, release
+
+
+_BATCH = encode_batch(0, [1_700_000_000_000], [b"k"], [b"v1"], [[]])  # (each request's records: one batch this size)
 
 
 def _produce(correlation_id: int, value: bytes) -> bytes:
@@ -173,6 +177,42 @@ async def test_a_client_gone_while_its_answers_wait_leaves_its_appends_and_gives
             release.set()
             writer.close()
         assert await storage.call(lambda: int(engine.store.indexes[(TOPIC, 0)].end_offset)) == REQUESTS
+
+
+async def test_a_deferred_answer_over_a_client_quota_mutes_the_connection(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A client quota configured while a connection's Produce answers wait (they were deferred: there was none): the
+    answer over the quota carries its throttle time and the connection handles its next request no sooner (Kafka
+    mutes the channel, KIP-219; before, only an answer given at once muted it). A lower bound on time only: the mute
+    is a sleep, never shorter."""
+    holding, release = _held_fsyncs(monkeypatch)
+    async with Gateway(Config(data_dir=tmp_path / "data", kafka_port=0, http_port=0)) as gateway:
+        engine, storage, server = gateway._engine, gateway._storage, gateway._kafka
+        assert engine is not None and server is not None
+        await storage.call(engine.create_kafka_topic, TOPIC, 1, {"flush.messages": "1"})
+        host, port = gateway.kafka_address
+        reader, writer = await asyncio.open_connection(host, port)
+        loop = asyncio.get_running_loop()
+        try:
+            holding.set()
+            writer.write(_produce(1, b"v1") + _produce(2, b"v2"))
+            for _ in range(int(BOUND_S / 0.05)):
+                if await storage.call(lambda: int(engine.store.indexes[(TOPIC, 0)].end_offset)) == 2:
+                    break
+                await asyncio.sleep(0.05)
+            size = len(_BATCH)  # each request's record bytes; over Kafka's 10 s minimum span: the first within
+            server.broker.quotas.configure({entity([("client-id", None)]): {"producer_byte_rate": 2 * size / 10.5}})
+            release.set()  # the second over the rate by 5 %: throttled up to (2 / 10 - 1 / 5.25) * 5.25 * 10 s = 0.5 s
+            throttles = [struct.unpack(">i", (await _answer(reader))[1][-5:-1])[0] for _ in range(2)]
+            answered = loop.time()
+            writer.write(_metadata(3))
+            correlation_id, _ = await _answer(reader)
+            waited = loop.time() - answered
+        finally:
+            release.set()
+            writer.close()
+    assert throttles[0] == 0 < throttles[1] < 1000, throttles
+    assert correlation_id == 3 and waited >= throttles[1] / 1000 - 0.05, (waited, throttles)
 
 
 def _queue(sent: list[int], depth: int = 2) -> tuple[AnswerQueue, list[bool]]:

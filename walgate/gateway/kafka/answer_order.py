@@ -52,7 +52,7 @@ class AnswerQueue:
     """One connection's deferred answers (the module docstring). ``send`` writes one answer and gives its ``held``
     bytes back, whatever happens (raising to end the connection); ``close`` closes the connection's transport."""
 
-    def __init__(self, send: Callable[[Pending, Answered], Awaitable[object]], close: Callable[[], None],
+    def __init__(self, send: Callable[[Pending, Answered], Awaitable[None]], close: Callable[[], None],
                  depth: int) -> None:
         self._send = send
         self._close = close

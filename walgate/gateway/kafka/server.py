@@ -46,8 +46,9 @@ request, as with Kafka. One sweeper task enforces both. The listen backlog is
 connections queues in the kernel instead of being retried by TCP.
 
 Client quotas (:mod:`walgate.gateway.quotas`): an answer with a non-zero ``throttle_time`` (a Produce or Fetch over
-its byte rate, a request over its ``request_percentage``) is sent at once, then the connection reads nothing more for
-that long (Kafka mutes the channel).
+its byte rate, a request over its ``request_percentage``) is sent at once, then the connection handles no further
+request for that long (Kafka mutes the channel, KIP-219): a deferred Produce answer's too (client quotas configured
+while it waited), the requests already in hand going on and the next one waiting out the mute.
 
 Observability: every answered request is reported to :class:`Metrics` with four
 ``perf_counter`` stamps (last byte read, handler start, handler end, response
@@ -337,12 +338,15 @@ class KafkaServer:
         client_id: str | None = None
         reason = "closed by the client"
         auth = Authentication(sasl, host)  # without SASL settings: only a cluster node may authenticate (.sasl)
+        muted_until = 0.0  # (loop time) a throttled answer's mute: no request handled before it
         self._active[writer] = loop.time()
         metrics.connection(listener.name, opened=True)
 
-        async def send(pending: Pending, answered: Answered) -> Any:
+        async def send(pending: Pending, answered: Answered) -> None:
             """Write one answer (nothing for acks=0) and record it, its request's bytes given back whatever happens;
-            the fields it answered. Raises _Ended when the connection is to end after it (or instead of it)."""
+            a throttled one mutes the connection. Raises _Ended when the connection is to end after it (or instead
+            of it)."""
+            nonlocal muted_until
             fields, response, handled = answered
             try:
                 if writer.is_closing():
@@ -357,6 +361,8 @@ class KafkaServer:
             unanswered = fields if isinstance(fields, Unanswered) else None
             if unanswered is not None:
                 fields = unanswered.fields
+            if fields is not None and fields.get("throttle_time"):  # over a client quota: muted, as Kafka does
+                muted_until = max(muted_until, loop.time() + fields["throttle_time"] / 1000)
             metrics.request(pending.header, pending.request, fields, pending.received, pending.started, handled, sent,
                             bool(response))
             if request_log.isEnabledFor(logging.DEBUG):
@@ -366,7 +372,6 @@ class KafkaServer:
             if unanswered is not None and unanswered.refused:
                 raise _Ended(f"a request that gets no answer (acks=0, correlation id {pending.header.correlation_id}) "
                              f"was refused, closed so that the client notices: {unanswered.refused}")
-            return fields
 
         answers = AnswerQueue(send, writer.close, _PIPELINED)
         try:
@@ -406,6 +411,8 @@ class KafkaServer:
                                             authentication=auth)
                     produce = header.api_key == _PRODUCE
                     await (answers.room() if produce else answers.empty())  # (the module docstring: in order)
+                    if muted_until > loop.time():
+                        await asyncio.sleep(muted_until - loop.time())
                     request, answer = await self._dispatch(header, ctx, frame,
                                                            deferrable=produce and not self.broker.quotas.keys)
                     pending, held = Pending(header, request, received, started, held, len(frame)), 0
@@ -413,9 +420,7 @@ class KafkaServer:
                         answers.add(pending, answer)
                         continue
                     await answers.empty()  # (a Produce answered here once client quotas came meanwhile: after those)
-                    fields = await send(pending, answer)
-                    if fields is not None and fields.get("throttle_time"):  # over a client quota: mute, as Kafka does
-                        await asyncio.sleep(fields["throttle_time"] / 1000)
+                    await send(pending, answer)
                     if auth.close:
                         reason = f"SASL authentication failed: {auth.failure or 'illegal SASL state'}"
                         await _until_closed_by_client(reader)
