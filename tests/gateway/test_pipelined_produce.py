@@ -15,6 +15,9 @@ import datetime
 import struct
 import threading
 import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +26,7 @@ from kio.schema.produce.v9 import request as produce_v9
 
 from walgate.gateway.config import Config
 from walgate.gateway.kafka.answer_order import Answered, AnswerQueue, Pending
+from walgate.gateway.kafka.server import KafkaServer
 from walgate.gateway.server import Gateway
 from walgate.storage import fileio
 from walgate.storage.quotas import entity
@@ -72,34 +76,59 @@ async def _answer(reader: asyncio.StreamReader) -> tuple[int, bytes]:
     return struct.unpack(">i", body[:4])[0], body[4:]
 
 
-async def test_a_connections_produce_requests_are_appended_while_the_first_waits_and_answered_in_order(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    holding, release = _held_fsyncs(monkeypatch)
-    async with Gateway(Config(data_dir=tmp_path / "data", kafka_port=0, http_port=0)) as gateway:
-        engine, storage = gateway._engine, gateway._storage
-        assert engine is not None
-        await storage.call(engine.create_kafka_topic, TOPIC, 1, {"flush.messages": "1"})  # fsynced before answered
+@dataclass
+class _Connected:
+    """A gateway's Kafka server with topic :data:`TOPIC` (fsynced before answered), a client's connection to it,
+    and the WAL's fdatasyncs held (:func:`_held_fsyncs`)."""
 
-        def end_offset() -> int:
-            return int(engine.store.indexes[(TOPIC, 0)].end_offset)
+    server: KafkaServer
+    address: tuple[str, int]
+    end_offset: Callable[[], Awaitable[int]]
+    reader: asyncio.StreamReader
+    writer: asyncio.StreamWriter
+    holding: threading.Event
+    release: threading.Event
+
+    async def appended(self, records: int) -> None:
+        """Until the topic holds ``records`` (bounded; asserted)."""
+        for _ in range(int(BOUND_S / 0.05)):
+            if await self.end_offset() == records:
+                return
+            await asyncio.sleep(0.05)
+        assert await self.end_offset() == records, "the requests after the first were not appended"
+
+
+@asynccontextmanager
+async def _connected(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **config: Any) -> AsyncIterator[_Connected]:
+    """:class:`_Connected` on a gateway of ``config``; the fdatasyncs released and the connection closed after."""
+    holding, release = _held_fsyncs(monkeypatch)
+    async with Gateway(Config(data_dir=tmp_path / "data", kafka_port=0, http_port=0, **config)) as gateway:
+        engine, storage, server = gateway._engine, gateway._storage, gateway._kafka
+        assert engine is not None and server is not None
+        await storage.call(engine.create_kafka_topic, TOPIC, 1, {"flush.messages": "1"})
+
+        async def end_offset() -> int:
+            return await storage.call(lambda: int(engine.store.indexes[(TOPIC, 0)].end_offset))
 
         host, port = gateway.kafka_address
         reader, writer = await asyncio.open_connection(host, port)
         try:
-            holding.set()
-            writer.write(b"".join(_produce(i, b"v%d" % i) for i in range(1, REQUESTS + 1)) + _metadata(REQUESTS + 1))
-            for _ in range(int(BOUND_S / 0.05)):  # every request appended while the first one's fsync is held
-                if await storage.call(end_offset) == REQUESTS:
-                    break
-                await asyncio.sleep(0.05)
-            assert await storage.call(end_offset) == REQUESTS, "the requests after the first were not appended"
-            assert not release.is_set()
-            release.set()
-            answers = [await _answer(reader) for _ in range(REQUESTS + 1)]
+            yield _Connected(server, (host, port), end_offset, reader, writer, holding, release)
         finally:
             release.set()
             writer.close()
-    assert [c for c, _ in answers] == list(range(1, REQUESTS + 2))  # in request order, the Metadata last
+
+
+async def test_a_connections_produce_requests_are_appended_while_the_first_waits_and_answered_in_order(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    async with _connected(tmp_path, monkeypatch) as c:
+        c.holding.set()
+        c.writer.write(b"".join(_produce(i, b"v%d" % i) for i in range(1, REQUESTS + 1)) + _metadata(REQUESTS + 1))
+        await c.appended(REQUESTS)  # every request appended while the first one's fsync is held
+        assert not c.release.is_set()
+        c.release.set()
+        answers = [await _answer(c.reader) for _ in range(REQUESTS + 1)]
+    assert [cid for cid, _ in answers] == list(range(1, REQUESTS + 2))  # in request order, the Metadata last
     offsets = []
     for _, body in answers[:REQUESTS]:  # v9 (flexible): tagged header, one topic, one partition
         at = body.index(TOPIC.encode()) + len(TOPIC) + 1  # partitions' compact array length
@@ -114,24 +143,13 @@ async def test_a_nodes_wal_fetch_is_read_while_waiting_produce_requests_hold_the
     """The requests that move the high watermark are never kept unread by the Produce requests waiting for it: here
     two requests wait for their fsync holding most of the budget and a third waits to be paid for; a WalFetch on
     another connection is still read and answered (CLUSTER_AUTHORIZATION_FAILED: this client is no node)."""
-    holding, release = _held_fsyncs(monkeypatch)
     budget = 8 << 10
-    config = Config(data_dir=tmp_path / "data", kafka_port=0, http_port=0, max_request_bytes=budget,
-                    queued_max_request_bytes=budget)
-    async with Gateway(config) as gateway:
-        engine, storage = gateway._engine, gateway._storage
-        assert engine is not None
-        await storage.call(engine.create_kafka_topic, TOPIC, 1, {"flush.messages": "1"})
-        host, port = gateway.kafka_address
-        reader, writer = await asyncio.open_connection(host, port)
-        fetcher_reader, fetcher = await asyncio.open_connection(host, port)
+    async with _connected(tmp_path, monkeypatch, max_request_bytes=budget, queued_max_request_bytes=budget) as c:
+        fetcher_reader, fetcher = await asyncio.open_connection(*c.address)
         try:
-            holding.set()
-            writer.write(b"".join(_produce(i, b"x" * 3000) for i in (1, 2, 3)))  # ~3.1 KiB each: 2 fit, 1 waits
-            for _ in range(int(BOUND_S / 0.05)):
-                if await storage.call(lambda: int(engine.store.indexes[(TOPIC, 0)].end_offset)) == 2:
-                    break
-                await asyncio.sleep(0.05)
+            c.holding.set()
+            c.writer.write(b"".join(_produce(i, b"x" * 3000) for i in (1, 2, 3)))  # ~3.1 KiB each: 2 fit, 1 waits
+            await c.appended(2)
             request_type: Any = request_class(10001, 0)
             partition: Any = next(f.entity for f in fields_of(request_type) if f.name == "partitions")
             request = request_type(replica_id=2, broker_epoch=1, max_wait=datetime.timedelta(0), min_bytes=1,
@@ -139,44 +157,30 @@ async def test_a_nodes_wal_fetch_is_read_while_waiting_produce_requests_hold_the
                                                          fetch_version=0, partition_max_bytes=1 << 20),))
             fetcher.write(encode_request(10001, 0, 9, "walgate-node-2", request))
             correlation_id, body = await _answer(fetcher_reader)
-            assert not release.is_set()  # answered while the Produce requests still hold the budget
+            assert not c.release.is_set()  # answered while the Produce requests still hold the budget
             assert correlation_id == 9
             assert struct.pack(">h", ErrorCode.cluster_authorization_failed) in body
-            release.set()
-            assert [(await _answer(reader))[0] for _ in range(3)] == [1, 2, 3]
+            c.release.set()
+            assert [(await _answer(c.reader))[0] for _ in range(3)] == [1, 2, 3]
         finally:
-            release.set()
-            writer.close()
             fetcher.close()
 
 
 async def test_a_client_gone_while_its_answers_wait_leaves_its_appends_and_gives_every_byte_back(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    holding, release = _held_fsyncs(monkeypatch)
-    async with Gateway(Config(data_dir=tmp_path / "data", kafka_port=0, http_port=0)) as gateway:
-        engine, storage, server = gateway._engine, gateway._storage, gateway._kafka
-        assert engine is not None and server is not None
-        await storage.call(engine.create_kafka_topic, TOPIC, 1, {"flush.messages": "1"})
-        host, port = gateway.kafka_address
-        reader, writer = await asyncio.open_connection(host, port)
-        try:
-            holding.set()
-            writer.write(b"".join(_produce(i, b"v") for i in range(1, REQUESTS + 1)))
-            for _ in range(int(BOUND_S / 0.05)):
-                if await storage.call(lambda: int(engine.store.indexes[(TOPIC, 0)].end_offset)) == REQUESTS:
-                    break
-                await asyncio.sleep(0.05)
-            assert server.budget.used > 0  # the requests waiting for their answers hold their bytes
-            writer.close()
-            for _ in range(int(BOUND_S / 0.05)):  # the connection ends, its answers abandoned
-                if server.budget.used == 0:
-                    break
-                await asyncio.sleep(0.05)
-            assert server.budget.used == 0
-        finally:
-            release.set()
-            writer.close()
-        assert await storage.call(lambda: int(engine.store.indexes[(TOPIC, 0)].end_offset)) == REQUESTS
+    async with _connected(tmp_path, monkeypatch) as c:
+        c.holding.set()
+        c.writer.write(b"".join(_produce(i, b"v") for i in range(1, REQUESTS + 1)))
+        await c.appended(REQUESTS)
+        assert c.server.budget.used > 0  # the requests waiting for their answers hold their bytes
+        c.writer.close()
+        for _ in range(int(BOUND_S / 0.05)):  # the connection ends, its answers abandoned
+            if c.server.budget.used == 0:
+                break
+            await asyncio.sleep(0.05)
+        assert c.server.budget.used == 0
+        c.release.set()
+        assert await c.end_offset() == REQUESTS
 
 
 async def test_a_deferred_answer_over_a_client_quota_mutes_the_connection(
@@ -185,32 +189,19 @@ async def test_a_deferred_answer_over_a_client_quota_mutes_the_connection(
     answer over the quota carries its throttle time and the connection handles its next request no sooner (Kafka
     mutes the channel, KIP-219; before, only an answer given at once muted it). A lower bound on time only: the mute
     is a sleep, never shorter."""
-    holding, release = _held_fsyncs(monkeypatch)
-    async with Gateway(Config(data_dir=tmp_path / "data", kafka_port=0, http_port=0)) as gateway:
-        engine, storage, server = gateway._engine, gateway._storage, gateway._kafka
-        assert engine is not None and server is not None
-        await storage.call(engine.create_kafka_topic, TOPIC, 1, {"flush.messages": "1"})
-        host, port = gateway.kafka_address
-        reader, writer = await asyncio.open_connection(host, port)
-        loop = asyncio.get_running_loop()
-        try:
-            holding.set()
-            writer.write(_produce(1, b"v1") + _produce(2, b"v2"))
-            for _ in range(int(BOUND_S / 0.05)):
-                if await storage.call(lambda: int(engine.store.indexes[(TOPIC, 0)].end_offset)) == 2:
-                    break
-                await asyncio.sleep(0.05)
-            size = len(_BATCH)  # each request's record bytes; over Kafka's 10 s minimum span: the first within
-            server.broker.quotas.configure({entity([("client-id", None)]): {"producer_byte_rate": 2 * size / 10.5}})
-            release.set()  # the second over the rate by 5 %: throttled up to (2 / 10 - 1 / 5.25) * 5.25 * 10 s = 0.5 s
-            throttles = [struct.unpack(">i", (await _answer(reader))[1][-5:-1])[0] for _ in range(2)]
-            answered = loop.time()
-            writer.write(_metadata(3))
-            correlation_id, _ = await _answer(reader)
-            waited = loop.time() - answered
-        finally:
-            release.set()
-            writer.close()
+    loop = asyncio.get_running_loop()
+    async with _connected(tmp_path, monkeypatch) as c:
+        c.holding.set()
+        c.writer.write(_produce(1, b"v1") + _produce(2, b"v2"))
+        await c.appended(2)
+        size = len(_BATCH)  # each request's record bytes; over Kafka's 10 s minimum span: the first within
+        c.server.broker.quotas.configure({entity([("client-id", None)]): {"producer_byte_rate": 2 * size / 10.5}})
+        c.release.set()  # the second over the rate by 5 %: throttled up to (2 / 10 - 1 / 5.25) * 5.25 * 10 s = 0.5 s
+        throttles = [struct.unpack(">i", (await _answer(c.reader))[1][-5:-1])[0] for _ in range(2)]
+        answered = loop.time()
+        c.writer.write(_metadata(3))
+        correlation_id, _ = await _answer(c.reader)
+        waited = loop.time() - answered
     assert throttles[0] == 0 < throttles[1] < 1000, throttles
     assert correlation_id == 3 and waited >= throttles[1] / 1000 - 0.05, (waited, throttles)
 
