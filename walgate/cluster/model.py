@@ -11,6 +11,8 @@ import json
 import re
 from dataclasses import dataclass
 
+from walgate.wire.internal import WAL_FETCH
+
 __all__ = ["Keys", "NodeInfo", "Membership", "membership", "endpoint_for", "parse_endpoints", "uses_tls",
            "RecordCursor", "RecordGap", "ControlPlaneError", "ControlPlaneUnavailable", "ControlPlaneRefused",
            "NotController", "RegistrationRefused", "leader_key", "encode_record", "decode_record",
@@ -172,10 +174,6 @@ class Keys:
         """The node of each group coordinator partition: decided once, when a group's coordinator is first looked
         for (walgate.cluster.coordinators)."""
         return self.root + b"coordinators/placement"
-
-
-WAL_FETCH = 10001
-"""The api key of WalFetch, the internal API every release answers (version 0 at least)."""
 
 
 @dataclass(frozen=True)

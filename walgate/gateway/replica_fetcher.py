@@ -77,18 +77,16 @@ from walgate.storage.lanes import VnodeKey
 from walgate.storage.vnode import HalfRestored
 from walgate.storage.vnode_snapshot import Staging
 from walgate.wire.errors import ErrorCode
-from walgate.wire.protocol import request_class
+from walgate.wire.internal import VNODE_SNAPSHOT, WAL_FETCH
+from walgate.wire.protocol import ZERO_UUID, request_class
 from walgate.wire.serial import fields_of
 
 __all__ = ["FollowedVnode", "Link", "ReplicaFetcher", "finish_cut", "followed_hw"]
 
 log = logging.getLogger("walgate.replication")
 
-_WAL_FETCH = 10001
-_VNODE_SNAPSHOT = 10002
-_SNAPSHOT_REQUEST: Any = request_class(_VNODE_SNAPSHOT, 0)
-_ZERO = uuid.UUID(int=0)
-_REQUESTS: Any = {v: request_class(_WAL_FETCH, v) for v in (0, 1)}
+_SNAPSHOT_REQUEST: Any = request_class(VNODE_SNAPSHOT, 0)
+_REQUESTS: Any = {v: request_class(WAL_FETCH, v) for v in (0, 1)}
 _PARTITIONS: Any = {v: next(f.entity for f in fields_of(cls) if f.name == "partitions") for v, cls in _REQUESTS.items()}
 _LOG_START: Any = next(f.entity for f in fields_of(_PARTITIONS[1]) if f.name == "log_starts")
 
@@ -287,7 +285,7 @@ class ReplicaFetcher:
             return False
         finished = started and not any(v.cut_unfinished for v in unfinished)
         keys = frozenset(v.key for v in vnodes)
-        version = self.link.version(self.source, _WAL_FETCH)  # (v1: log starts, to a leader that answers it)
+        version = self.link.version(self.source, WAL_FETCH)  # (v1: log starts, to a leader that answers it)
         read = await self.storage.call_on(keys, functools.partial(_positions, self.engine, vnodes, version >= 1))
         for v, p in zip(vnodes, read):
             if isinstance(p, StorageError):
@@ -367,7 +365,7 @@ class ReplicaFetcher:
         try:
             started = await self.storage.call(self._start_at, v, v.start_at)
         except Unsupported as e:
-            if self.link.version(self.source, _VNODE_SNAPSHOT) < 0:  # a leader of a release without snapshots
+            if self.link.version(self.source, VNODE_SNAPSHOT) < 0:  # a leader of a release without snapshots
                 v.stopped = f"{e}: node {self.source} does not answer VnodeSnapshot (an older release)"
                 log.error("vnode %d of database %s is no longer fetched from node %d: %s", v.vgroup, v.db,
                           self.source, v.stopped)
@@ -402,7 +400,7 @@ class ReplicaFetcher:
         error (begun again after ``backoff_s``)."""
         assert v.start_at is not None
         try:
-            page = await self._snapshot_page(v, _ZERO, 0)
+            page = await self._snapshot_page(v, ZERO_UUID, 0)
             if page.error_code != ErrorCode.none:
                 self._settle(v, int(page.error_code))
                 return

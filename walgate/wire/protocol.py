@@ -38,6 +38,7 @@ from __future__ import annotations
 import importlib
 import struct
 import typing
+import uuid
 from collections.abc import Mapping, Sized
 from dataclasses import dataclass
 from typing import Any, Final, TypeAlias
@@ -63,6 +64,7 @@ from walgate.wire.serial import (
 __all__ = [
     "API_NAMES",
     "WIRE_VERSIONS",
+    "ZERO_UUID",
     "Chunk",
     "RequestHeader",
     "api_versions_fallback",
@@ -77,6 +79,9 @@ __all__ = [
     "response_class",
     "response_header_version",
 ]
+
+ZERO_UUID: Final = uuid.UUID(int=0)
+"""Kafka's ``Uuid.ZERO_UUID``: a topic id not given in a request, or none in an answer (an unknown topic's)."""
 
 Chunk: TypeAlias = bytes | bytearray | memoryview | Sized
 """One piece of an outgoing frame: a buffer, or a sized chunk from a ``records`` value that the gateway sends

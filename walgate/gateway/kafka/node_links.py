@@ -34,12 +34,13 @@ from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
 from kio.schema.sasl_handshake.v1.response import SaslHandshakeResponse
 from kio.serial import entity_reader
 
-from walgate.cluster.model import WAL_FETCH, endpoint_for
+from walgate.cluster.model import endpoint_for
 from walgate.gateway.cluster_member import ClusterMember
 from walgate.security.node_token import NODE_MECHANISM, node_password, node_user
 from walgate.security.scram import ScramClient
 from walgate.wire.errors import ErrorCode
 from walgate.wire.internal import VERSIONS as INTERNAL_VERSIONS
+from walgate.wire.internal import WAL_FETCH
 from walgate.wire.protocol import encode_request, response_class
 
 __all__ = ["NodeLinks", "NodeUnreachable"]

@@ -29,6 +29,7 @@ from walgate.wire.messages import (
     DeleteShareGroupOffsetsResponse,
     DeleteShareGroupOffsetsResponseTopic,
 )
+from walgate.wire.protocol import ZERO_UUID
 
 __all__ = ["ASKED_AT_ONCE", "TOPIC_DENIED", "UNANSWERED", "SnapshotTopics", "Outcome", "change_offsets",
            "cluster_states", "held_change", "holding", "refused_group", "topic_uuid", "unanswered"]
@@ -71,7 +72,7 @@ class SnapshotTopics:
 
 def topic_uuid(key: str | None) -> uuid.UUID:
     """The topic id on the wire of a topic key (the zero UUID for none)."""
-    return uuid.UUID(int=0) if key is None else uuid.UUID(key)
+    return ZERO_UUID if key is None else uuid.UUID(key)
 
 
 def refused_group(broker: Broker, ctx: RequestContext, group_id: str, op: Operation) -> tuple[int, str | None] | None:

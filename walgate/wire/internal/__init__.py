@@ -29,9 +29,14 @@ from typing import Any, Final
 
 from walgate.wire.legacy import message_class, parse
 
-__all__ = ["API_NAMES", "KEYS", "VERSIONS", "descriptor", "schemas"]
+__all__ = ["API_NAMES", "KEYS", "VERSIONS", "VNODE_SNAPSHOT", "WAL_FETCH", "descriptor", "schemas"]
 
-_APIS: Final = {10001: ("wal_fetch", "WalFetch"), 10002: ("vnode_snapshot", "VnodeSnapshot")}
+WAL_FETCH: Final = 10001
+"""The api key of WalFetch, the internal API every release answers (version 0 at least)."""
+VNODE_SNAPSHOT: Final = 10002
+"""The api key of VnodeSnapshot."""
+
+_APIS: Final = {WAL_FETCH: ("wal_fetch", "WalFetch"), VNODE_SNAPSHOT: ("vnode_snapshot", "VnodeSnapshot")}
 _DIR: Final = Path(__file__).parent
 
 API_NAMES: Final[dict[int, str]] = {key: snake for key, (snake, _) in _APIS.items()}

@@ -12,7 +12,6 @@ In cluster mode a group whose coordinator partition is another node's answers NO
 
 from __future__ import annotations
 
-import uuid
 from typing import cast
 
 from walgate.coordinator.classic import Completion
@@ -29,6 +28,7 @@ from walgate.wire.messages import (
     ConsumerGroupDescribeResponseAssignment,
     ConsumerGroupDescribeResponseDescribedGroup,
 )
+from walgate.wire.protocol import ZERO_UUID
 
 API_KEY, MIN_VERSION, MAX_VERSION = 69, 0, 1
 _NO_AUTH_OPS = -2147483648
@@ -38,7 +38,7 @@ Group = ConsumerGroupDescribeResponseDescribedGroup
 
 def _with_ids(assignment: Assignment, topics: TopicsSnapshot) -> Assignment:
     return {"topic_partitions": [
-        {**t, "topic_id": topics.topic_id(t["topic_name"]) or uuid.UUID(int=0)} for t in assignment["topic_partitions"]
+        {**t, "topic_id": topics.topic_id(t["topic_name"]) or ZERO_UUID} for t in assignment["topic_partitions"]
     ]}
 
 

@@ -76,13 +76,13 @@ from walgate.wire.messages import (
     CreateTopicsResponseCreatableTopicConfigs,
     CreateTopicsResponseCreatableTopicResult,
 )
+from walgate.wire.protocol import ZERO_UUID
 
 log = logging.getLogger(__name__)
 
 API_KEY, MIN_VERSION, MAX_VERSION = 19, 0, 7
 MAX_PARTITIONS = 1024  # a database's VGROUPS limit
 _TOPIC_CONFIG, _DEFAULT_CONFIG = 1, 5  # config_source values
-_NO_ID = uuid.UUID(int=0)
 Result = CreateTopicsResponseCreatableTopicResult
 
 
@@ -115,7 +115,7 @@ class _Files:
             return self._made
 
 
-def _result(name: str, error: int, message: str | None, topic_id: uuid.UUID = _NO_ID,
+def _result(name: str, error: int, message: str | None, topic_id: uuid.UUID = ZERO_UUID,
             num_partitions: int = -1, replication_factor: int = -1,
             configs: list[CreateTopicsResponseCreatableTopicConfigs] | None = None) -> Result:
     return {"name": name, "topic_id": topic_id, "error_code": error, "error_message": message,
@@ -187,7 +187,7 @@ def _create(engine: Engine, broker: Broker, t: CreateTopicsRequestCreatableTopic
         validate_configs(configs)
     except StorageError as exc:
         return _result(t.name, ErrorCode.invalid_config, str(exc))
-    topic_id = uuid.UUID(int=0)
+    topic_id = ZERO_UUID
     defaults = topic_defaults(engine, broker.node_id)
     if not validate_only:
         topic_id = uuid.UUID(engine.create_kafka_topic(t.name, n, configs, {k: v for k, (v, _) in defaults.items()},

@@ -26,9 +26,9 @@ from walgate.wire.messages import (
     DeleteTopicsResponse,
     DeleteTopicsResponseDeletableTopicResult,
 )
+from walgate.wire.protocol import ZERO_UUID
 
 API_KEY, MIN_VERSION, MAX_VERSION = 20, 0, 6
-_NO_ID = uuid.UUID(int=0)
 Result = DeleteTopicsResponseDeletableTopicResult
 
 
@@ -47,14 +47,14 @@ async def handle(broker: Broker, ctx: RequestContext, request: DeleteTopicsReque
             try:
                 results.append(_delete(engine, broker, name, topic_id, describable, deletable))
             except Exception as exc:  # noqa: BLE001 - mapped per topic, siblings unaffected
-                results.append({"name": name, "topic_id": topic_id or _NO_ID, "error_code": error_of(exc),
+                results.append({"name": name, "topic_id": topic_id or ZERO_UUID, "error_code": error_of(exc),
                                 "error_message": str(exc)})
         return results
 
     try:
         responses = await broker.call(delete)
     except Exception as exc:  # noqa: BLE001 - cluster mode: the cluster's catalog refused them (nothing deleted)
-        responses = [{"name": name, "topic_id": topic_id or _NO_ID, "error_code": error_of(exc),
+        responses = [{"name": name, "topic_id": topic_id or ZERO_UUID, "error_code": error_of(exc),
                       "error_message": str(exc)} for name, topic_id in wanted]
     for r in responses:
         audit_kafka(ctx, "DeleteTopics", f"topic {r['name'] if r['name'] is not None else r['topic_id']}", r["error_code"])
@@ -63,7 +63,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: DeleteTopicsReque
 
 def _delete(engine: Engine, broker: Broker, name: str | None, topic_id: uuid.UUID | None,
             describable: Callable[[str], bool] | None, deletable: Callable[[str], bool] | None) -> Result:
-    if name is None and topic_id is not None and topic_id != _NO_ID:
+    if name is None and topic_id is not None and topic_id != ZERO_UUID:
         name = engine.topic_name(topic_id)
         if name is None:
             return {"name": None, "topic_id": topic_id, "error_code": ErrorCode.unknown_topic_id,
@@ -72,11 +72,11 @@ def _delete(engine: Engine, broker: Broker, name: str | None, topic_id: uuid.UUI
             return {"name": None, "topic_id": topic_id, "error_code": ErrorCode.topic_authorization_failed,
                     "error_message": "Authorization failed."}
     if deletable is not None and not deletable(name or ""):
-        return {"name": name, "topic_id": topic_id or _NO_ID, "error_code": ErrorCode.topic_authorization_failed,
+        return {"name": name, "topic_id": topic_id or ZERO_UUID, "error_code": ErrorCode.topic_authorization_failed,
                 "error_message": "Authorization failed."}
     topic = engine.catalog.topics.get(name or "")
     if topic is None:
-        return {"name": name, "topic_id": topic_id or _NO_ID, "error_code": ErrorCode.unknown_topic_or_partition,
+        return {"name": name, "topic_id": topic_id or ZERO_UUID, "error_code": ErrorCode.unknown_topic_or_partition,
                 "error_message": f"topic {name} does not exist"}
     engine.drop_topic(topic.name)
     return {"name": topic.name, "topic_id": uuid.UUID(topic.topic_id), "error_code": ErrorCode.none,

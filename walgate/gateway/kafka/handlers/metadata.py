@@ -58,6 +58,7 @@ from walgate.wire.messages import (
     MetadataResponsePartition,
     MetadataResponseTopic,
 )
+from walgate.wire.protocol import ZERO_UUID
 
 API_KEY, MIN_VERSION, MAX_VERSION = 3, 0, 12
 _NO_AUTH_OPS = -2147483648
@@ -117,7 +118,7 @@ def unknown_topic_error(name: str) -> ErrorCode:
 
 
 def _missing(name: str, error: int) -> MetadataResponseTopic:
-    return {"error_code": error, "name": name, "topic_id": uuid.UUID(int=0), "partitions": []}
+    return {"error_code": error, "name": name, "topic_id": ZERO_UUID, "partitions": []}
 
 
 def _replicated(index: int, state: PartitionState, node_id: int, live: Collection[int]) -> MetadataResponsePartition:

@@ -17,7 +17,6 @@ when asked for.
 
 from __future__ import annotations
 
-import uuid
 from typing import cast
 
 from walgate.coordinator.share_coordinator import ShareCoordinator
@@ -34,6 +33,7 @@ from walgate.wire.messages import (
     ShareGroupDescribeResponse,
     ShareGroupDescribeResponseDescribedGroup,
 )
+from walgate.wire.protocol import ZERO_UUID
 
 API_KEY, MIN_VERSION, MAX_VERSION = 77, 1, 1
 _NO_AUTH_OPS = -2147483648
@@ -69,7 +69,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: ShareGroupDescrib
                 continue
             for m in group["members"]:
                 m["assignment"] = {"topic_partitions": [
-                    {**t, "topic_id": topics.topic_id(t["topic_name"]) or uuid.UUID(int=0)}
+                    {**t, "topic_id": topics.topic_id(t["topic_name"]) or ZERO_UUID}
                     for t in m["assignment"]["topic_partitions"]]}
             out.append({**group, "error_code": ErrorCode.none, "error_message": None,
                         "authorized_operations": _NO_AUTH_OPS})

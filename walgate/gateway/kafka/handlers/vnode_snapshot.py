@@ -39,17 +39,18 @@ from walgate.storage.errors import NotHere
 from walgate.storage.lanes import LaneViolation
 from walgate.storage.vnode_snapshot import read
 from walgate.wire.errors import ErrorCode
+from walgate.wire.internal import VNODE_SNAPSHOT
 from walgate.wire.messages import VnodeSnapshotRequest, VnodeSnapshotResponse
+from walgate.wire.protocol import ZERO_UUID
 
-API_KEY, MIN_VERSION, MAX_VERSION = 10002, 0, 0
+API_KEY, MIN_VERSION, MAX_VERSION = VNODE_SNAPSHOT, 0, 0
 
 PAGE_MAX = 8 << 20
 """The most bytes of one page, whatever the follower asks (a response is built in memory)."""
-_ZERO = uuid.UUID(int=0)
 
 
 def _answer(code: int, **fields: object) -> VnodeSnapshotResponse:
-    return cast(VnodeSnapshotResponse, {"throttle_time": 0, "error_code": code, "snapshot_id": _ZERO, "data": b"",
+    return cast(VnodeSnapshotResponse, {"throttle_time": 0, "error_code": code, "snapshot_id": ZERO_UUID, "data": b"",
                                         **fields})
 
 
@@ -84,7 +85,7 @@ def _on_lane(engine: Engine, led: LedVnodes, held: HeldSnapshots, request: Vnode
     if error is not None:
         return _answer(error, leader_epoch=epoch)
     _drop(held.expire(now_ms))
-    if request.snapshot_id is None or request.snapshot_id == _ZERO:
+    if request.snapshot_id is None or request.snapshot_id == ZERO_UUID:
         try:
             directory, manifest = engine.snapshot_vnode(db, request.vgroup, uuid.uuid4().hex)
         except (NotHere, LaneViolation):

@@ -66,9 +66,10 @@ from walgate.storage.lanes import LaneViolation, VnodeKey
 from walgate.storage.partitions import SENDFILE_MIN_BYTES
 from walgate.storage.vnode import Vnode
 from walgate.wire.errors import ErrorCode
+from walgate.wire.internal import WAL_FETCH
 from walgate.wire.messages import WalFetchPartition, WalFetchPartitionData, WalFetchRequest, WalFetchResponse
 
-API_KEY, MIN_VERSION, MAX_VERSION = 10001, 0, 1
+API_KEY, MIN_VERSION, MAX_VERSION = WAL_FETCH, 0, 1
 
 _NOT_DIVERGING = {"epoch": -1, "end_version": -1}
 
