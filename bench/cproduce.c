@@ -2,7 +2,10 @@
  * not the bound of the small-record produce rows.
  *
  * usage: cproduce BOOTSTRAP TOPIC PARTITIONS COUNT SIZE ACKS [QUEUE [IDEMPOTENT]]
- * Fetches the topic's metadata, prints "ready" and waits for a line on stdin (so several processes start together),
+ * Fetches the topic's metadata and writes one 1-byte record to each partition (every one acknowledged: a connection to
+ * each partition's leader, and the producer id assigned, before the timed run; librdkafka asks for the id again on a
+ * 500 ms timer when no broker was up at its first try, which took 0.45 s of some factor-1 samples of
+ * bench/replicated.py), prints "ready" and waits for a line on stdin (so several processes start together),
  * then sends COUNT values of SIZE bytes round-robin over partitions 0..PARTITIONS-1 with the settings of
  * bench/produce.py's Python producer (linger.ms=5, batch.size=1 MiB, idempotence with acks=all unless IDEMPOTENT is 0;
  * at most QUEUE records queued or in flight, queue.buffering.max.messages, default 1,000,000), waits for every acknowledgement and prints
@@ -18,6 +21,7 @@
 #include <time.h>
 
 static long long acknowledged;
+static int warmed; /* warm-up records acknowledged (their opaque: -1) */
 static double *queued_at; /* per record index: when its produce call returned */
 static double *latencies; /* per acknowledged record, in delivery order */
 
@@ -36,7 +40,9 @@ static void set(rd_kafka_conf_t *conf, const char *key, const char *value) {
 }
 
 static void delivered(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque) {
-    if (!m->err)
+    if ((intptr_t)m->_private < 0)
+        warmed += !m->err;
+    else if (!m->err)
         latencies[acknowledged++] = now() - queued_at[(long long)(intptr_t)m->_private];
 }
 
@@ -82,6 +88,17 @@ int main(int argc, char **argv) {
         return 2;
     }
     rd_kafka_metadata_destroy(md);
+    for (int p = 0; p < partitions; p++) {
+        if (rd_kafka_produce(topic, p, RD_KAFKA_MSG_F_COPY, "w", 1, NULL, 0, (void *)(intptr_t)-1) == -1) {
+            fprintf(stderr, "cproduce: warm-up: %s\n", rd_kafka_err2str(rd_kafka_last_error()));
+            return 2;
+        }
+    }
+    rd_kafka_flush(rk, 30000);
+    if (warmed < partitions) {
+        fprintf(stderr, "cproduce: warm-up: %d of %d records acknowledged\n", warmed, partitions);
+        return 2;
+    }
     queued_at = malloc(sizeof(double) * (count > 0 ? count : 1));
     latencies = malloc(sizeof(double) * (count > 0 ? count : 1));
     char *value = malloc(size);
