@@ -56,7 +56,6 @@ from walgate.wire.serial import (
     chunk_len,
     decoder,
     encoder,
-    fields_of,
     read_uvarint,
     write_uvarint,
 )
@@ -297,29 +296,6 @@ def _decoded(cls: type, decode: Decoder, header: RequestHeader, frame: bytes | b
 
 _VIEW_DECODERS: dict[type, Decoder] = {}
 _BUILDERS: dict[tuple[int, int], Builder] = {}
-_KNOWN_NAMES: dict[int, dict[str, frozenset[str]]] = {}
-
-
-def _known_names(api_key: int) -> dict[str, frozenset[str]]:
-    """Dotted path -> field names of every response version of the API at that path."""
-    cached = _KNOWN_NAMES.get(api_key)
-    if cached is not None:
-        return cached
-    names: dict[str, set[str]] = {}
-
-    def walk(cls: type, path: str) -> None:
-        at = names.setdefault(path, set())
-        for info in fields_of(cls):
-            at.add(info.name)
-            if info.entity is not None:
-                walk(info.entity, f"{path}.{info.name}" if path else info.name)
-
-    low, high = WIRE_VERSIONS[api_key]
-    for version in range(low, high + 1):
-        walk(response_class(api_key, version), "")
-    result = {path: frozenset(found) for path, found in names.items()}
-    _KNOWN_NAMES[api_key] = result
-    return result
 
 
 def build_response(api_key: int, api_version: int, fields: Mapping[str, Any]) -> Any:
@@ -337,7 +313,7 @@ def build_response(api_key: int, api_version: int, fields: Mapping[str, Any]) ->
     """
     build = _BUILDERS.get((api_key, api_version))
     if build is None:
-        build = builder(response_class(api_key, api_version), _known_names(api_key))
+        build = builder(response_class(api_key, api_version), messages.RESPONSE_FIELDS[api_key])
         _BUILDERS[(api_key, api_version)] = build
     return build(fields)
 
