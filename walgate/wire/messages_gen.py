@@ -107,6 +107,10 @@ class _Message:
                     struct.children.append(child)
         return name
 
+    def paths(self) -> dict[str, set[str]]:
+        """Dotted path of each struct ('' the message) -> the field names any version has there."""
+        return {path: set(self.structs[name].fields) for path, name in self._names.items()}
+
     def ordered(self) -> list[_Struct]:
         """Every struct after the structs it holds."""
         out: list[_Struct] = []
@@ -222,28 +226,12 @@ Records: TypeAlias = bytes | bytearray | memoryview | Sequence[bytes | bytearray
 """A ``records`` value: bytes, or buffers and file regions written back to back (:mod:`walgate.wire.serial`)."""'''
 
 
-def _response_fields(api_key: int) -> dict[str, set[str]]:
-    """Dotted path of each response struct -> the field names any version of the API has there."""
-    names: dict[str, set[str]] = {}
-
-    def walk(cls: type, path: str) -> None:
-        at = names.setdefault(path, set())
-        for info in fields_of(cls):
-            at.add(info.name)
-            if info.entity is not None:
-                walk(info.entity, f"{path}.{info.name}" if path else info.name)
-
-    low, high = WIRE_VERSIONS[api_key]
-    for version in range(low, high + 1):
-        walk(response_class(api_key, version), "")
-    return names
-
-
 def generate() -> str:
     """The source of :mod:`walgate.wire.messages` for the schemas installed now."""
     out = [_HEAD]
     requests: list[str] = []
     entities: list[str] = []
+    response_fields: list[str] = []
     names: set[str] = set()
     for api_key in sorted(WIRE_VERSIONS):
         low, high = WIRE_VERSIONS[api_key]
@@ -264,17 +252,16 @@ def generate() -> str:
                         entities += [f"    {struct.name}: {{", *nested, "    },"]
             if side == "request":
                 requests.append(f"    {api_key}: {message.top},")
+            else:
+                response_fields.append(f"    {api_key}: {{")
+                for path, found in sorted(message.paths().items()):
+                    response_fields.append(f'        "{path}": frozenset({{')
+                    listed = ", ".join(f'"{name}"' for name in sorted(found)) + ","
+                    response_fields += [f"            {line}" for line in textwrap.wrap(
+                        listed, 120 - 12, break_long_words=False, break_on_hyphens=False)]
+                    response_fields.append("        }),")
+                response_fields.append("    },")
     ranges = [f"    {key}: {WIRE_VERSIONS[key]!r}," for key in sorted(WIRE_VERSIONS)]
-    response_fields: list[str] = []
-    for api_key in sorted(WIRE_VERSIONS):
-        response_fields.append(f"    {api_key}: {{")
-        for path, found in sorted(_response_fields(api_key).items()):
-            response_fields.append(f'        "{path}": frozenset({{')
-            listed = ", ".join(f'"{name}"' for name in sorted(found)) + ","
-            response_fields += [f"            {line}" for line in textwrap.wrap(
-                listed, 120 - 12, break_long_words=False, break_on_hyphens=False)]
-            response_fields.append("        }),")
-        response_fields.append("    },")
     out += ["", "", "VERSIONS: Final[dict[int, tuple[int, int]]] = {", *ranges, "}",
             '"""Api key -> (min, max) version this module was generated for (``protocol.WIRE_VERSIONS`` then)."""',
             "REQUESTS: Final[dict[int, type]] = {", *requests, "}",
