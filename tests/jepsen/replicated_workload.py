@@ -37,6 +37,7 @@ import os
 import random
 import shutil
 import signal
+import subprocess
 import threading
 import time
 import urllib.error
@@ -82,6 +83,8 @@ LONG = os.environ.get("WALGATE_JEPSEN") == "1"
 SEEDS = range(1, 11) if LONG else range(1, 2)  # the seeds of every scenario
 ACKS = 40 if LONG else 6  # acknowledged writes between faults
 CONFLUENT, KAFKA_PYTHON = 100, 101  # the consumers' process numbers in the history
+STOP_S = 60.0  # the longest wait for a SIGTERMed node to exit: its controlled shutdown's hand-over (at most 10 s) and
+# its close, on a loaded machine
 FINAL = 200  # + node id: the final read through that node
 
 
@@ -116,6 +119,7 @@ class Nodes:
         self.ports = {i: free_port() for i in (1, 2, 3)}  # (a node started later gets one then)
         self.servers: dict[int, WalgateServer] = {}
         self.paused: set[int] = set()
+        self.stopped: dict[int, int | None] = {}  # node id -> the exit code :meth:`close` saw (None: SIGKILLed)
         self._stacks: dict[int, ExitStack] = {}
         self._lives = 0  # incarnations started: each logs in a directory of its own
         self._lock = threading.Lock()  # (nodes start at once: start_all)
@@ -158,10 +162,10 @@ class Nodes:
         self._stacks.pop(node_id).close()
 
     def stop(self, node_id: int) -> int:
-        """SIGTERM (by PID: a controlled shutdown), and wait for it (at most 60 s); its exit code."""
+        """SIGTERM (by PID: a controlled shutdown), and wait for it (at most :data:`STOP_S`); its exit code."""
         server = self.servers.pop(node_id)
         server.proc.terminate()
-        code = server.proc.wait(60)
+        code = server.proc.wait(STOP_S)
         self._stacks.pop(node_id).close()
         return code
 
@@ -225,12 +229,19 @@ class Nodes:
         return [] if part is None else sorted(part.isrs)
 
     def close(self) -> None:
-        """Every node stopped by PID: all SIGTERMed at once, then each waited for (SIGKILL after 15 s)."""
+        """Every node stopped by PID: all SIGTERMed at once, then each waited for, at most :data:`STOP_S` (then
+        SIGKILLed); :attr:`stopped` says which exited by themselves."""
         for node_id in list(self.paused):
             self.resume(node_id)
         for server in self.servers.values():
             if server.proc.poll() is None:
                 server.proc.terminate()
+        deadline = time.monotonic() + STOP_S
+        for node_id, server in self.servers.items():
+            try:
+                self.stopped[node_id] = server.proc.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                self.stopped[node_id] = None
         for node_id in sorted(self._stacks, reverse=True):
             self._stacks.pop(node_id).close()
         self.servers.clear()
@@ -550,6 +561,10 @@ def final_history(nodes: Nodes, workload: Workload, database_id: str, scratch: P
             p, replicas[0]) in replicas and nodes.isr(p, replicas[0]) == sorted(replicas))
     history = workload.history + final_reads(nodes)
     nodes.close()
+    unclean = {n: code for n, code in nodes.stopped.items() if code != 0}
+    assert not unclean, (f"nodes that did not stop cleanly within {STOP_S:g} s of their SIGTERM (exit code; None: "
+                         f"SIGKILLed): {unclean}; the last lines of each incarnation's log: "
+                         + "".join(f"\n{log}: {log.read_text(errors='replace')[-2000:]}" for log in nodes.logs()))
     copies = replica_copies({n: nodes.data_dir(n) for n in replicas}, database_id, VGROUPS, scratch)
     assert all(c.hw > 0 for c in copies), f"a replica without a high watermark checkpoint: {copies}"
     assert any(c.index for c in copies), "the replicas' offset indexes of the topic are compared"
