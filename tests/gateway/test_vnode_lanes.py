@@ -33,7 +33,9 @@ from walgate.storage.errors import LimitExceeded, StorageUnavailable
 from walgate.storage.ingest import write_keys
 from walgate.storage.lanes import LaneViolation, Relane, VnodeKey, check_vnode, held
 from walgate.storage.lineproto_columns import parse_body
-from walgate.storage.vnode import vnode_of
+from walgate.storage.sql import ast
+from walgate.storage.sql.parser import parse
+from walgate.storage.vnode import Vnode, vnode_of
 from walgate.storage.wal import Wal
 from walgate.storage.write_plan import InsertRequest, SchemaChangeNeeded
 
@@ -353,6 +355,27 @@ async def test_a_call_on_vnodes_cannot_change_the_catalog(tmp_path: Path, lane: 
 SERIES = 2_000
 
 
+def produced_and_fetched(bootstrap: str, held: str) -> None:
+    """20 records produced (acks=1) to partition 0 of Kafka-native topic ``k``, its end offset listed and the records
+    fetched back, each within :data:`BOUND_S` while ``held`` (what the failure names) is held."""
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": 1})
+    for i in range(20):
+        producer.produce("k", str(i).encode(), partition=0)
+    assert producer.flush(BOUND_S) == 0, f"the produce waited behind {held}"
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "lanes", "enable.auto.commit": False})
+    try:
+        assert consumer.get_watermark_offsets(TopicPartition("k", 0), BOUND_S) == (0, 20)  # ListOffsets
+        consumer.assign([TopicPartition("k", 0, 0)])
+        got: list[bytes] = []
+        for _ in range(int(BOUND_S / 0.5)):
+            got += [m.value() for m in consumer.consume(20, 0.5) if m.error() is None]
+            if len(got) >= 20:
+                break
+        assert got == [str(i).encode() for i in range(20)], f"the fetch waited behind {held}"
+    finally:
+        consumer.close()
+
+
 def lp_body(lines: int) -> bytes:
     return "\n".join(f"m,host=h{i % SERIES} v={i}.5 {1_700_000_000_000 + i}" for i in range(lines)).encode()
 
@@ -398,25 +421,60 @@ def test_a_write_held_in_its_wal_append_delays_no_produce_fetch_or_list_offsets(
         try:
             write = pool.submit(post, gateway, path, body)
             assert reached.wait(120), "the write never reached big/0's append"
-            producer = Producer({"bootstrap.servers": bootstrap, "acks": 1})
-            for i in range(20):
-                producer.produce("k", str(i).encode(), partition=0)
-            assert producer.flush(BOUND_S) == 0, "the produce waited behind the held write"
-            consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "lanes", "enable.auto.commit": False})
-            try:
-                assert consumer.get_watermark_offsets(TopicPartition("k", 0), BOUND_S) == (0, 20)  # ListOffsets
-                consumer.assign([TopicPartition("k", 0, 0)])
-                got: list[bytes] = []
-                for _ in range(int(BOUND_S / 0.5)):
-                    got += [m.value() for m in consumer.consume(20, 0.5) if m.error() is None]
-                    if len(got) >= 20:
-                        break
-                assert got == [str(i).encode() for i in range(20)], "the fetch waited behind the held write"
-            finally:
-                consumer.close()
+            produced_and_fetched(bootstrap, "the held write")
             assert not write.done() and not release.is_set()
         finally:
             release.set()
         assert write.result(120)[0] in (200, 204)
         assert int(sql(gateway, "SELECT COUNT(*) FROM big.m WHERE _ts >= 1700000000000")["data"][0][0]) == rows
         assert gateway._storage.relaned == 0
+
+
+def test_a_select_prepared_on_its_database_s_vnodes_delays_no_produce_or_fetch(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A SELECT is prepared (its supertable's tag tables read, its vnodes' WAL snapshots taken) holding its
+    database's vnodes alone, not the whole lane: held while it reads big's tag table, a Kafka-native topic's
+    Produce, ListOffsets and Fetch are answered; released, it answers what big holds."""
+    reached, release = threading.Event(), threading.Event()
+    tag_table = Vnode.tag_table
+
+    def held_tag_table(self: Vnode, stable: Any, names: Any = None) -> Any:
+        if self.db.name == "big" and not release.is_set():
+            reached.set()
+            assert release.wait(120), "never released"
+        return tag_table(self, stable, names)
+
+    with gateway_thread(tmp_path / "data") as gateway, concurrent.futures.ThreadPoolExecutor(1) as pool:
+        sql(gateway, "CREATE DATABASE big VGROUPS 2")
+        assert post(gateway, "/influxdb/v1/write?db=big&precision=ms", lp_body(100))[0] == 204
+        bootstrap = f"127.0.0.1:{gateway.kafka_address[1]}"
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        admin.create_topics([NewTopic("k", 1)])["k"].result(30)
+        monkeypatch.setattr(Vnode, "tag_table", held_tag_table)
+        try:
+            select = pool.submit(post, gateway, "/rest/sql", b"SELECT COUNT(*) FROM big.m")
+            assert reached.wait(120), "the SELECT never read big's tag table"
+            produced_and_fetched(bootstrap, "the SELECT's preparation")
+            assert not select.done() and not release.is_set()
+        finally:
+            release.set()
+        status, answer = select.result(120)
+        assert (status, answer["data"]) == (200, [[100]])
+        assert gateway._storage.relaned == 0
+
+
+async def test_a_select_is_prepared_on_its_database_s_vnodes_or_again_with_the_whole_lane(
+        tmp_path: Path, lane: StorageThread) -> None:
+    """Selects.prepare on every vnode of its database prepares it there; on only some of them it refuses (Relane)
+    before it reads anything and the lane prepares it again exclusive; both answer the same rows."""
+    engine = Engine.open(tmp_path / "data")
+    engine.execute("CREATE DATABASE d VGROUPS 2")
+    engine.write_measurements("d", parse_body(lp_body(50).replace(b"m,host", b"m,id"), "ms"))
+    select = parse("SELECT COUNT(*), SUM(v) FROM d.m")
+    assert isinstance(select, ast.Select)
+    prepare = functools.partial(engine.prepare_select, select)
+    assert (await lane.call_on(frozenset({("d", 0), ("d", 1)}), prepare)).run().rows == [[50, 1250.0]]
+    assert lane.relaned == 0
+    assert (await lane.call_on(frozenset({("d", 0)}), prepare)).run().rows == [[50, 1250.0]]
+    assert lane.relaned == 1
+    engine.close()

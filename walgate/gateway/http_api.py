@@ -178,7 +178,7 @@ from walgate.storage.errors import (
     StorageUnavailable,
     table_not_found,
 )
-from walgate.storage.ingest import database_keys, insert_databases, write_keys
+from walgate.storage.ingest import insert_databases, write_keys
 from walgate.storage.insert_routing import (
     Part,
     TableDdl,
@@ -191,7 +191,7 @@ from walgate.storage.insert_routing import (
     tables_at,
     targets_at,
 )
-from walgate.storage.lanes import VnodeKey
+from walgate.storage.lanes import VnodeKey, database_keys
 from walgate.storage.led_appends import LedAppend, recording
 from walgate.storage.lineproto_columns import parse_body
 from walgate.storage.query import plain
@@ -522,8 +522,9 @@ async def _select(request: web.Request, authorizer: Authorizer | None, principal
     app = request.app
     engine = app[_ENGINE]
 
-    def prepare() -> Awaitable[PreparedSelect]:  # once a query slot is free
-        return app[_STORAGE].call(_prepared, engine, authorizer, principal, host, select, db, here)
+    def prepare() -> Awaitable[PreparedSelect]:  # once a query slot is free; holding its database's vnodes alone
+        return app[_STORAGE].call_on(_database_keys(app, {select.source.db or db}), functools.partial(
+            _prepared, engine, authorizer, principal, host, select, db, here))
 
     return await _query(request, prepare)
 

@@ -34,7 +34,7 @@ instead, which names the first bad line, row or record; both paths plan the same
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pyarrow as pa
@@ -45,7 +45,7 @@ from walgate.storage.catalog import DatabaseDef, StableDef
 from walgate.storage.commit import Commits, Pending
 from walgate.storage.ddl import Ddl
 from walgate.storage.errors import InvalidValue, StorageError
-from walgate.storage.lanes import Relane, VnodeKey, covers, held
+from walgate.storage.lanes import Relane, VnodeKey, covers, database_keys, held
 from walgate.storage.result import Result, affected
 from walgate.storage.schema import Column
 from walgate.storage.sql import ast
@@ -70,16 +70,7 @@ from walgate.storage.write_plan import (
     typed_batch,
 )
 
-__all__ = ["Ingest", "RowPlan", "database_keys", "insert_databases", "merge_schema", "write_keys"]
-
-
-def database_keys(names: Iterable[str | None], databases: Mapping[str, DatabaseDef]) -> frozenset[VnodeKey] | None:
-    """Every vnode of each database of ``names``, as ``databases`` define them; None (the whole storage lane) when
-    one is None (not known) or not in ``databases``."""
-    named = set(names)
-    if None in named or not named <= databases.keys():
-        return None
-    return frozenset((name, i) for name in named if name is not None for i in range(databases[name].vgroups))
+__all__ = ["Ingest", "RowPlan", "insert_databases", "merge_schema", "write_keys"]
 
 
 def request_databases(request: WriteRequest) -> set[str | None]:

@@ -36,15 +36,15 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
 if TYPE_CHECKING:
-    from walgate.storage.catalog import TopicDef
+    from walgate.storage.catalog import DatabaseDef, TopicDef
 
 __all__ = ["INLINE", "CoordinatorLane", "LaneViolation", "Relane", "VnodeKey", "check_exclusive", "check_vnode",
-           "covers", "held", "holding", "partition_keys", "TopicLookup"]
+           "covers", "database_keys", "held", "holding", "partition_keys", "TopicLookup"]
 
 T = TypeVar("T")
 
@@ -111,6 +111,15 @@ def covers(keys: frozenset[VnodeKey] | None) -> bool:
     """Whether the calling thread's call may touch ``keys`` (None: everything, the catalog included)."""
     now = held()
     return now is None or (keys is not None and keys <= now)
+
+
+def database_keys(names: Iterable[str | None], databases: Mapping[str, DatabaseDef]) -> frozenset[VnodeKey] | None:
+    """Every vnode of each database of ``names``, as ``databases`` define them; None (the whole storage lane) when
+    one is None (not known) or not in ``databases``."""
+    named = set(names)
+    if None in named or not named <= databases.keys():
+        return None
+    return frozenset((name, i) for name in named if name is not None for i in range(databases[name].vgroups))
 
 
 def check_vnode(db: str, index: int) -> None:

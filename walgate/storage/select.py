@@ -25,6 +25,7 @@ import pyarrow.compute as pc
 from walgate.storage.cancel import Cancel
 from walgate.storage.entry import decode_entry
 from walgate.storage.errors import InvalidValue, LimitExceeded, Unsupported
+from walgate.storage.lanes import Relane, covers, database_keys
 from walgate.storage.query import Query
 from walgate.storage.result import Result
 from walgate.storage.schema import Column, ColumnType
@@ -61,7 +62,8 @@ class Selects:
     def prepare(self, s: ast.Select, session: str | None, here_only: bool = False,
                 scan: bool = False, now_ns: int | None = None, vgroups: Collection[int] | None = None) -> PreparedSelect:
         """``s`` compiled and bound to what its source's vnodes serve now, to be run on any thread or process
-        (:class:`PreparedSelect`); call on the engine's thread. ``here_only`` (cluster mode: this node's part of a
+        (:class:`PreparedSelect`); call with the whole storage lane or holding every vnode of its database, which
+        it reads alone (:class:`~walgate.storage.lanes.Relane` otherwise, before it reads anything). ``here_only`` (cluster mode: this node's part of a
         SELECT whose database is spread over nodes, merged by the node asked): over the vnodes placed on this node
         alone (``vgroups``: exactly those the node asked assigned here, :meth:`Store.vnodes_here
         <walgate.storage.store.Store.vnodes_here>`), and either a plain query (:attr:`Query.plain <walgate.storage.query.Query.plain>`), whose rows are
@@ -70,6 +72,8 @@ class Selects:
         the query are read at ``now_ns`` (ns since the epoch; None: the engine's clock now): a node's part of a merged
         SELECT is given the instant the node asked fixed, so every node cuts ``WHERE ts > now - 1h`` at the same one."""
         db = self.store.resolve_db(s.source.db, session)
+        if not covers(database_keys((db.name,), self.store.catalog.databases)):
+            raise Relane(f"a SELECT over {db.name} does not hold every vnode of its database")
         native = next((t.name for t in self.store.catalog.topics.values() if t.kind == "kafka" and t.db == db.name),
                       None)
         if native is not None:  # its cleaner rewrites segments under their names: no snapshot holds (wal.py)
