@@ -76,6 +76,8 @@ def traffic(bootstrap: str, http: str) -> list[Sample]:
     sql(http, "CREATE STABLE mdb.meters (ts TIMESTAMP, v INT) TAGS (loc VARCHAR(16))")
     sql(http, "INSERT INTO mdb.d1 USING mdb.meters TAGS ('a') VALUES (1700000000000, 1) (1700000001000, 2)")
     sql(http, "CREATE TOPIC rows_t AS STABLE mdb.meters")
+    for _ in range(2):  # the first builds the supertable's tag table, the second finds it kept
+        assert sql(http, "SELECT COUNT(*) FROM mdb.meters")["data"] == [[2]]
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic(TOPIC, 2)])[TOPIC].result(30)
     missing = admin.list_topics(topic="no.such.topic", timeout=30).topics["no.such.topic"]
@@ -153,13 +155,16 @@ async def test_metrics_after_real_traffic(tmp_path: Path, caplog: pytest.LogCapt
     assert value(s, "kafka_server_socket_server_metrics_connection_count", listener="PLAINTEXT") >= 3
     assert value(s, "kafka_server_socket_server_metrics_connection_creation_total", listener="PLAINTEXT") >= 3
 
-    # storage thread, fsync, batch cache
+    # storage thread, fsync, batch cache, tag table cache
     assert value(s, "walgate_storage_call_seconds_count") > 0
     assert value(s, "walgate_storage_call_queue_seconds_count") == value(s, "walgate_storage_call_seconds_count")
     assert value(s, "walgate_storage_queue_depth") >= 0
     assert total(s, "kafka_log_logflushstats_logflushrateandtimems_count") > 0  # commits and acks=all fsync
     assert value(s, "walgate_batch_cache_misses_total") >= 1
     assert value(s, "walgate_batch_cache_hits_total") >= 1
+    assert value(s, "walgate_tag_cache_misses_total") == 1
+    assert value(s, "walgate_tag_cache_hits_total") == 1
+    assert value(s, "walgate_tag_cache_size_bytes") > 0
 
 
 async def test_a_scrape_renders_one_family_per_name(tmp_path: Path) -> None:

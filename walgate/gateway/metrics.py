@@ -99,7 +99,8 @@ class _State:
     committed: list[tuple[str, str, int, int]]  # (group, topic, partition, offset)
     groups: list[GroupStats]
     topic_ids: dict[uuid.UUID, str]
-    cache: tuple[int, int, int]  # hits, misses, bytes
+    cache: tuple[int, int, int]  # the batch cache's hits, misses, bytes
+    tag_cache: tuple[int, int, int]  # the tag table cache's hits, misses, bytes
     queued: dict[str, int]  # lane -> calls waiting for it
     syncs: SyncLatency  # the engine's fsync times (thread-safe recorders, read when rendered)
     shares: list[ShareGroupStats]
@@ -330,7 +331,8 @@ class _Head:
 
     partitions: list[tuple[str, int]]  # (topic, partition)
     topic_ids: dict[uuid.UUID, str]
-    cache: tuple[int, int, int]  # hits, misses, bytes
+    cache: tuple[int, int, int]  # the batch cache's hits, misses, bytes
+    tag_cache: tuple[int, int, int]  # the tag table cache's hits, misses, bytes
     queued: dict[str, int]  # lane -> calls waiting for it
 
 
@@ -339,9 +341,9 @@ ShareStats = Callable[[], list[ShareGroupStats]]
 
 
 def _head(engine: Engine, lanes: Mapping[str, StorageThread]) -> _Head:
-    cache = engine.batch_cache
+    cache, tags = engine.batch_cache, engine.store.tag_cache
     return _Head(engine.partition_keys(), dict(engine.topics_by_id()), (cache.hits, cache.misses, cache.size),
-                 {lane: thread.queued for lane, thread in lanes.items()})
+                 (tags.hits, tags.misses, tags.size), {lane: thread.queued for lane, thread in lanes.items()})
 
 
 def _coordinator_state(engine: Engine, groups: GroupCoordinator, shares: ShareStats | None
@@ -367,7 +369,7 @@ async def _state(engine: Engine, groups: GroupCoordinator, lanes: Mapping[str, S
     partitions: list[PartitionStats] = []
     for start in range(0, len(head.partitions), SCRAPE_PAGE):
         partitions += await storage.call(engine.partitions.stats, head.partitions[start : start + SCRAPE_PAGE])
-    return _State(partitions, committed, group_stats, head.topic_ids, head.cache, head.queued, engine.syncs,
+    return _State(partitions, committed, group_stats, head.topic_ids, head.cache, head.tag_cache, head.queued, engine.syncs,
                   share_stats)
 
 
@@ -508,6 +510,12 @@ def _storage_metrics(state: _State) -> Iterator[Metric]:
     yield _counter("walgate_batch_cache_misses", "Fetches of a batch rendered because the cache lacked it", [],
                    [([], misses)])
     yield _gauge("walgate_batch_cache_size_bytes", "Bytes of rendered batches in the cache", [], [([], size)])
+    hits, misses, size = state.tag_cache
+    yield _counter("walgate_tag_cache_hits", "SELECT preparations that found a supertable's tag table kept", [],
+                   [([], hits)])
+    yield _counter("walgate_tag_cache_misses", "SELECT preparations that built a supertable's tag table", [],
+                   [([], misses)])
+    yield _gauge("walgate_tag_cache_size_bytes", "Bytes of tag tables kept", [], [([], size)])
     yield _gauge("walgate_storage_queue_depth", "Calls waiting for the storage thread", [],
                  [([], state.queued[STORAGE_LANE])])
     yield _gauge("walgate_lane_queue_depth", "Calls waiting for the lane's thread", ["lane"],

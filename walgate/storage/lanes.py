@@ -25,7 +25,8 @@ shared state (:class:`~walgate.storage.store.Store`) may see:
   an exclusive call left (two publishing at once build the same snapshot);
 * TDengine topics' batch cache: read and filled by exclusive calls only (a TDengine topic's partitions are never
   keyed: :func:`partition_keys`);
-* the open-file cache, fsync latency counters, damage log and producer ids: locked, any thread.
+* the open-file cache, the tag table cache, fsync latency counters, damage log and producer ids: locked, any
+  thread.
 
 A keyed call computes its keys from what it was asked (on the event loop, from the published topics), checks them
 again against the catalog when it runs and raises :class:`Relane` *before changing anything* when they no longer

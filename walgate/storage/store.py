@@ -61,6 +61,7 @@ from walgate.storage.observers import (
 from walgate.storage.offsets import OffsetIndex
 from walgate.storage.producers import PartitionProducers, ProducerIds
 from walgate.storage.schema import Column
+from walgate.storage.tag_cache import TagTableCache
 from walgate.storage.topics import TopicEvaluator
 from walgate.storage.topics_snapshot import EMPTY, TopicsSnapshot
 from walgate.storage.vnode import TableDef, Vnode, vnode_of
@@ -71,6 +72,9 @@ __all__ = ["TICKS", "TICKS_PER_MS", "Store"]
 
 log = logging.getLogger("walgate.storage")
 
+TAG_CACHE_BYTES = 64 << 20
+"""The most bytes of whole tag tables :attr:`Store.tag_cache` keeps (a supertable of a million subtables with two
+short tags: ~40 MB)."""
 TICKS = {"ms": 1_000_000, "us": 1_000, "ns": 1}  # ns per tick of a database precision
 TICKS_PER_MS = {"ms": 1, "us": 1_000, "ns": 1_000_000}
 
@@ -100,6 +104,7 @@ class Store:
         self.clock = clock  # every time the engine's parts stamp or age anything by (see storage/clock.py)
         self.files = FileCache()  # this engine's open segment files, bounded (another engine has its own)
         self.syncs = SyncLatency()  # how long this engine's fsyncs took (another engine counts its own)
+        self.tag_cache = TagTableCache(TAG_CACHE_BYTES)  # supertables' whole tag tables, per vnode (a SELECT's)
         self.max_request_bytes = max_request_bytes
         self.listener = listener
         self.consumers = consumers
@@ -364,14 +369,17 @@ class Store:
 
     def tag_tables(self, vnode: Vnode) -> Callable[[str, pa.Array | None], pa.Table]:
         """Tag tables of ``vnode``'s supertables: ``lookup(stable, names)`` is the tag table of the subtables named
-        in ``names`` (every one when None); a stable dropped since keeps its subtables' names, no tags."""
+        in ``names`` (every one when None: kept in :attr:`tag_cache` while the vnode's tables stay as they are); a
+        stable dropped since keeps its subtables' names, no tags."""
         db = vnode.db.name
 
         def lookup(stable: str, names: pa.Array | None) -> pa.Table:
             st = self.catalog.stables.get((db, stable))
             if st is None:
                 st = StableDef(db, stable, (), (), 0)
-            return vnode.tag_table(st, names)
+            if names is not None:
+                return vnode.tag_table(st, names)
+            return self.tag_cache.get((vnode.tables_version, st), lambda: vnode.tag_table(st))
 
         return lookup
 

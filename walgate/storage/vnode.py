@@ -50,6 +50,7 @@ and ``topics/`` (offsets.py).
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -78,6 +79,8 @@ from walgate.storage.wal import KIND_META, Wal, WalEntry, WalOptions
 from walgate.storage.wal_verbatim import EntriesRefused, parse
 
 __all__ = ["Vnode", "TableDef", "vnode_of"]
+
+_TOKENS = itertools.count()  # (each Vnode object's own: tables_version)
 
 log = logging.getLogger("walgate.vnode")
 
@@ -176,6 +179,8 @@ class Vnode:
         self._undo: list[Undo] = []  # the before-images of the entries applied since the last flush, in WAL order
         self._absent: set[str] = set()  # names looked up and not found since (a request's new tables, then created)
         self._applied = 0  # every meta entry below this WAL version is applied (see meta_version)
+        self._cuts = 0  # the times its tables were cut back or rebuilt (see tables_version)
+        self._token = next(_TOKENS)
         self._flush_at = FLUSH_TABLES
         self._refused = False  # the store refused the last flush tried (a full disk, an I/O error)
         self._rebuild_pending = False  # a truncation's rebuild of the store was refused (truncate_to retries it)
@@ -333,6 +338,18 @@ class Vnode:
         from). Between writes that ended with :meth:`end_write`, the store's ``covered`` version equals it unless
         the store refused its last write (then ``covered`` is lower); ``covered`` is never higher."""
         return self._applied
+
+    @property
+    def tables_version(self) -> tuple[int, int, int]:
+        """Changes whenever the tables :meth:`get` and :meth:`tag_table` answer from may have changed: with every
+        meta entry applied (:attr:`meta_version` rises) and every cut or rebuild of the tables (which may lower it);
+        unique to this vnode object in the process (:class:`~walgate.storage.tag_cache.TagTableCache`'s key)."""
+        return self._token, self._cuts, self._applied
+
+    def _forget_tables(self) -> None:
+        """The tables are cut back or rebuilt: the rows remembered are forgotten, :attr:`tables_version` changes."""
+        self._cache.clear()
+        self._cuts += 1
 
     def apply_meta(self, meta: dict[str, Any], version: int) -> None:
         """Apply one meta operation (live and on replay); the store is written every FLUSH_TABLES changed tables
@@ -528,7 +545,7 @@ class Vnode:
         self._store.close()
         self._store = self._replace_store(self._store.path, reason)
         self.stable_ofs = []
-        self._cache.clear()
+        self._forget_tables()
         self._dirty.clear()
         self._bodies.clear()
         self._dropped_stables.clear()
@@ -614,6 +631,7 @@ class Vnode:
                 self.end_write()
             raise
         self._applied = min(self._applied, version)
+        self._cuts += 1  # (a meta entry appended again at a version below the old one: another tables_version)
         self.stable_ofs = [p for p in self.stable_ofs if p[0] < version]
         if rebuild:
             self._rebuild_pending = True
@@ -661,7 +679,7 @@ class Vnode:
             log.error("%s: the table meta store cannot be cut back to version %d by its undo journal: %s", self.dir,
                       version, exc)
             return False
-        self._cache.clear()
+        self._forget_tables()
         self._absent.clear()
         return True
 
@@ -689,7 +707,7 @@ class Vnode:
     def _rebuild_after_cut(self) -> None:
         """The meta store rebuilt from every meta entry of the WAL, just cut (see :meth:`truncate_to`)."""
         self._store.close()
-        self._cache.clear()
+        self._forget_tables()
         self._dirty.clear()
         self._bodies.clear()
         self._dropped_stables.clear()
