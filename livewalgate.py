@@ -45,7 +45,7 @@ def soak_cycles(ci: int, soak: int) -> int:
     return soak if SOAK else ci
 
 
-_READY = re.compile(r"walgate ready .*\bhttp=(?P<host>[^\s:]+):(?P<port>\d+)")
+_READY = re.compile(r"walgate ready .*\bhttp=(?P<host>[^\s:]+):(?P<port>\d+) kafka=[^\s:]+:(?P<kafka>\d+)")
 
 
 @dataclass(frozen=True)
@@ -130,11 +130,13 @@ def running_walgate(
 ) -> Iterator[WalgateServer]:
     """Run ``walgate serve`` in ``workdir`` until the block exits; ``args`` are extra flags, ``preexec_fn`` runs in
     the child before it starts (e.g. to lower a resource limit); ``kafka_port``: the port of the Kafka listener
-    (by default a free one), for a caller that configures the listener itself; ``prefix``: what the server runs
+    (by default 0: the port the kernel gives the listener, which its ready line names; a port taken free beforehand
+    could be taken meanwhile by another process, as an outgoing connection's local port), for a caller that needs
+    it before the start (a restart on the same port) or configures the listener itself; ``prefix``: what the server runs
     under (``ip netns exec NS``: a network namespace, where it listens on ``host``)."""
     workdir.mkdir(parents=True, exist_ok=True)
     data_dir = data_dir or workdir / "data"
-    kafka_port = kafka_port or free_port()
+    kafka_port = kafka_port or 0
     command = [
         *prefix, *WALGATE, "serve", "--data-dir", str(data_dir), "--host", host,
         "--http-port", "0", "--kafka-port", str(kafka_port), *args,
@@ -147,18 +149,19 @@ def running_walgate(
         )
     server = WalgateServer("", kafka_port, data_dir, proc, log_path)
     try:
-        host, port = _wait_ready(server)
-        yield replace(server, http_url=f"http://{host}:{port}")
+        host, port, bound = _wait_ready(server)
+        yield replace(server, http_url=f"http://{host}:{port}", kafka_port=kafka_port or bound)
     finally:
         stop_process(proc)
 
 
-def _wait_ready(server: WalgateServer) -> tuple[str, int]:
+def _wait_ready(server: WalgateServer) -> tuple[str, int, int]:
+    """(HTTP host, HTTP port, the first Kafka listener's port) of the server's ready line."""
     deadline = time.monotonic() + READY_TIMEOUT
     while time.monotonic() < deadline:
         match = _READY.search(server.log())
         if match:
-            return match["host"], int(match["port"])
+            return match["host"], int(match["port"]), int(match["kafka"])
         if server.proc.poll() is not None:
             pytest.fail(f"walgate serve exited with {server.proc.returncode} before ready:\n{server.log()}")
         time.sleep(0.05)

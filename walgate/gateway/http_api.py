@@ -950,11 +950,12 @@ async def _write_lines_here(request: web.Request, db: str, precision: str, body:
 
 
 def _database_keys(app: web.Application, names: Iterable[str | None]) -> frozenset[VnodeKey] | None:
-    """Every vnode of the databases ``names`` as the catalog defines them now (read on the event loop: a write
-    planned on them checks that they are still its own, :meth:`Ingest.write <walgate.storage.ingest.Ingest.write>`),
-    so that a write below the ingest workers' size holds those databases alone, not the whole lane; None (the whole
-    lane) for a database the catalog does not have."""
-    return database_keys(names, app[_ENGINE].catalog.databases)
+    """Every vnode of the databases ``names`` as the storage lane last published them (read on the event loop,
+    :mod:`walgate.storage.topics_snapshot`: a call on them checks when it runs that they are still all of its
+    databases', :meth:`Ingest.write <walgate.storage.ingest.Ingest.write>`, :meth:`Selects.prepare
+    <walgate.storage.select.Selects.prepare>`), so that a write below the ingest workers' size or a SELECT's
+    preparation holds those databases alone, not the whole lane; None (the whole lane) for a database not there."""
+    return database_keys(names, app[_ENGINE].topics().databases())
 
 
 async def _forward_lines(request: web.Request, shared: SharedCatalog, db: str, precision: str,

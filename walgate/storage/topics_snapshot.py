@@ -142,6 +142,10 @@ class TopicsSnapshot:
             by_id = self._by_id = {uuid.UUID(t.topic_id): name for name, t in self._topics.items()}
         return by_id.get(topic_id)
 
+    def databases(self) -> Mapping[str, DatabaseDef]:
+        """The databases by name (not to be changed: the snapshot's own)."""
+        return self._databases
+
     def database_by_id(self, db_id: str) -> DatabaseDef | None:
         """The database whose id (its directory's name) is ``db_id`` (None: none)."""
         return next((db for db in self._databases.values() if db.id == db_id), None)
