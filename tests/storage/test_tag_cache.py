@@ -41,12 +41,17 @@ def test_a_kept_tag_table_is_the_one_the_vnode_builds_after_every_table_change(t
     e.close()
 
 
-def test_a_cut_that_takes_tables_back_is_never_answered_from_before_it(tmp_path: Path) -> None:
+def one_table(tmp_path: Path) -> tuple[Engine, Vnode]:
+    """An engine with subtable ``db.t1`` of supertable ``db.st`` in a database of one vnode, and that vnode."""
     e = Engine.open(tmp_path)
     e.execute("CREATE DATABASE db VGROUPS 1")
     e.execute("CREATE STABLE db.st (ts TIMESTAMP, v INT) TAGS (site INT)")
-    vnode = e.vnodes["db"][0]
     e.execute("CREATE TABLE db.t1 USING db.st TAGS (1)")
+    return e, e.vnodes["db"][0]
+
+
+def test_a_cut_that_takes_tables_back_is_never_answered_from_before_it(tmp_path: Path) -> None:
+    e, vnode = one_table(tmp_path)
     cut = vnode.wal.next_version
     e.execute("CREATE TABLE db.t2 USING db.st TAGS (2)")
     kept, _ = kept_and_built(e, vnode, "st")
@@ -64,11 +69,7 @@ def test_a_cut_that_takes_tables_back_is_never_answered_from_before_it(tmp_path:
 def test_a_cut_of_rows_alone_then_a_table_at_the_cut_version_is_not_answered_from_before(tmp_path: Path) -> None:
     """A checkpoint raises the meta version to the WAL's end; a cut of rows alone lowers it again, taking no table
     back; a creation at the cut version then raises it to the value it had: another table set, another key."""
-    e = Engine.open(tmp_path)
-    e.execute("CREATE DATABASE db VGROUPS 1")
-    e.execute("CREATE STABLE db.st (ts TIMESTAMP, v INT) TAGS (site INT)")
-    vnode = e.vnodes["db"][0]
-    e.execute("CREATE TABLE db.t1 USING db.st TAGS (1)")
+    e, vnode = one_table(tmp_path)
     cut = vnode.wal.next_version
     e.execute("INSERT INTO db.t1 VALUES (1000, 1)")  # one data entry, at ``cut``
     vnode.checkpoint()

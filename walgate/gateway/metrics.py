@@ -369,8 +369,8 @@ async def _state(engine: Engine, groups: GroupCoordinator, lanes: Mapping[str, S
     partitions: list[PartitionStats] = []
     for start in range(0, len(head.partitions), SCRAPE_PAGE):
         partitions += await storage.call(engine.partitions.stats, head.partitions[start : start + SCRAPE_PAGE])
-    return _State(partitions, committed, group_stats, head.topic_ids, head.cache, head.tag_cache, head.queued, engine.syncs,
-                  share_stats)
+    return _State(partitions, committed, group_stats, head.topic_ids, head.cache, head.tag_cache, head.queued,
+                  engine.syncs, share_stats)
 
 
 class StateCollector(Collector):

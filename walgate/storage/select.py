@@ -63,8 +63,9 @@ class Selects:
                 scan: bool = False, now_ns: int | None = None, vgroups: Collection[int] | None = None) -> PreparedSelect:
         """``s`` compiled and bound to what its source's vnodes serve now, to be run on any thread or process
         (:class:`PreparedSelect`); call with the whole storage lane or holding every vnode of its database, which
-        it reads alone (:class:`~walgate.storage.lanes.Relane` otherwise, before it reads anything). ``here_only`` (cluster mode: this node's part of a
-        SELECT whose database is spread over nodes, merged by the node asked): over the vnodes placed on this node
+        it reads alone (:class:`~walgate.storage.lanes.Relane` otherwise, before it reads anything). ``here_only``
+        (cluster mode: this node's part of a SELECT whose database is spread over nodes, merged by the node asked):
+        over the vnodes placed on this node
         alone (``vgroups``: exactly those the node asked assigned here, :meth:`Store.vnodes_here
         <walgate.storage.store.Store.vnodes_here>`), and either a plain query (:attr:`Query.plain <walgate.storage.query.Query.plain>`), whose rows are
         the concatenation of every vnode's, or with ``scan`` the scanned rows the node asked merges
