@@ -398,6 +398,31 @@ async def test_a_replaced_controller_writes_no_partition_state(etcd1: EtcdCluste
         await new.close()
 
 
+async def test_a_controller_found_no_longer_elected_while_it_waits_logs_its_reconciliation_stopped(
+        etcd1: EtcdCluster, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The election learns it lost (as a paused controller's does on its resume) before the reconciliation, waiting for
+    a change, tries a write: no NotController comes, and the stop is logged all the same, once, naming the epoch
+    (the Jepsen-style zombie controller test waits for that line)."""
+    n1 = Node(etcd1.endpoints, 1, tmp_path / "n1", ttl=2)
+    try:
+        n1.start("registration")
+        await within(n1.registration.wait_registered())
+        epoch = await within(n1.election.campaign())  # (no election task: nothing else sets its epoch)
+        caplog.set_level(logging.INFO, "walgate.cluster")
+        n1.tasks.append(asyncio.create_task(Reconciler(PartitionStates(n1.session, KEYS), n1.election).run()))
+        await asyncio.sleep(0.5)  # (its first pass done: it waits for a change, at most the lease's TTL)
+        n1.election._set(None)  # what the election's run does once it sees the registration lost
+        stopped = f"controller: reconciliation stopped: controller epoch {epoch} is no longer this node's"
+
+        async def logged() -> bool:
+            return any(stopped in r.getMessage() for r in caplog.records)
+
+        await eventually("the stop logged", logged, timeout=10)
+        assert [r.getMessage() for r in caplog.records if "reconciliation stopped" in r.getMessage()] == [stopped]
+    finally:
+        await n1.close()
+
+
 async def test_a_refused_batch_does_not_stop_the_later_ones(etcd1: EtcdCluster, tmp_path: Path) -> None:
     """A leader's ISR change between the controller's read and its write refuses that batch only: the later batches
     are written, and the next pass writes what the refused one still needs, keeping the leader's change. A

@@ -9,7 +9,8 @@ write to etcd (walgate/cluster/election.py, partition_states.py, records.py): it
 partition states it reconciles (``Reconciler.snapshot``/``write``/``create``/``delete``), and the catalog records
 of a DDL it appends itself (``RecordLog.append``), every one an etcd transaction fenced by its controller epoch
 (``ControllerElection.fenced_txn``). The test sees none of them take effect: the old controller logs its
-reconciliation stopped (NotController) and no partition state written after the resume; the partition states'
+reconciliation stopped (a write refused, NotController, or its election found lost while it waited: either
+way once) and no partition state written after the resume; the partition states'
 leaders and leader epochs are the new controller's; the DDL is either answered 503 naming etcd's refusal of the old
 epoch, the zombie's own refusal once another write of it was refused, or its registration lost and not yet made
 again (and is nowhere), or appended by the new controller (the zombie knew it had stepped down and proposed it) and

@@ -676,8 +676,13 @@ class Reconciler:
             self._forget_asked()
 
     async def _run(self) -> None:
+        """Each stop of the reconciliation is logged once ("reconciliation stopped"): a write of it refused
+        (NotController), or the election found lost while it waited for a change (no write tried since)."""
+        reconciling: int | None = None  # the controller epoch of the passes since the last stop
         while True:
-            await self.election.wait_elected()
+            if reconciling is not None and self.election.epoch != reconciling:
+                log.info("controller: reconciliation stopped: controller epoch %d is no longer this node's", reconciling)
+            reconciling = await self.election.wait_elected()
             try:
                 revision = await self.reconcile_once()
                 if revision:
@@ -686,6 +691,7 @@ class Reconciler:
                     await asyncio.sleep(self.retry_delay)  # refused: whatever changed may change again at once
             except NotController as e:
                 log.info("controller: reconciliation stopped: %s", e)
+                reconciling = None
             except (ControlPlaneUnavailable, Compacted) as e:
                 log.warning("controller: reconciliation interrupted: %s", e)
                 await asyncio.sleep(self.retry_delay)
