@@ -25,6 +25,7 @@ from faults import FAULT_KINDS, Faults
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
+from walgate.storage.durability import Unsynced
 from walgate.storage.engine import Engine
 from walgate.storage.errors import StorageUnavailable
 from walgate.storage.meta_store import META_STORE
@@ -125,9 +126,17 @@ def test_entries_that_fail_a_check_are_refused_and_nothing_is_written(tmp_path: 
 # ------------------------------------------------------------------ a failing disk
 
 
-@pytest.mark.parametrize("options", [LEVEL1, LEVEL2], ids=["level1", "level2"])
+def _ledger(grouped: bool) -> Unsynced | None:
+    """A node's group-commit ledger (a gateway opens its WALs with one), or None (an engine opened alone)."""
+    return Unsynced(lambda owner: None) if grouped else None
+
+
+@pytest.mark.parametrize(("options", "grouped"), [(LEVEL1, False), (LEVEL2, False), (LEVEL2, True)],
+                         ids=["level1", "level2", "level2-group-commit"])
 @pytest.mark.parametrize("rolls", [False, True], ids=["append", "append-rolling"])
-def test_every_failing_operation_of_a_verbatim_append_is_refused_and_nothing_is_kept(tmp_path: Path, options, rolls):
+def test_every_failing_operation_of_a_verbatim_append_is_refused_and_nothing_is_kept(tmp_path: Path, options, grouped,
+                                                                                    rolls):
+    """Under group commit too (a node's WALs): a level-2 copy is fsynced by its own append (the test below)."""
     leader = _leader_wal(tmp_path / "leader", batches=16)
     raw = _wal_bytes(leader.dir)
     leader.close()
@@ -136,14 +145,14 @@ def test_every_failing_operation_of_a_verbatim_append_is_refused_and_nothing_is_
     if not rolls:
         options = replace(options, segment_bytes=1 << 20)
     base = tmp_path / "base"
-    wal = Wal.open(base, options)
+    wal = Wal.open(base, options, unsynced=_ledger(grouped))
     for start, end, version in cuts[:-6]:
         wal.append_verbatim(parse(raw[start:end], version))
     first = wal.next_version
     wal.close()
     faults = Faults()
     with faults.active():  # learn what the append does
-        probe = Wal.open(shutil.copytree(base, tmp_path / "probe"), options)
+        probe = Wal.open(shutil.copytree(base, tmp_path / "probe"), options, unsynced=_ledger(grouped))
         segments = len(probe.segments)
         before = dict(faults.calls)
         probe.append_verbatim(parse(raw[split:], first))
@@ -160,7 +169,7 @@ def test_every_failing_operation_of_a_verbatim_append_is_refused_and_nothing_is_
     refused = 0
     for case, (op, at, kind) in enumerate(cases):
         directory = shutil.copytree(base, tmp_path / f"case{case}")
-        wal = Wal.open(directory, options)
+        wal = Wal.open(directory, options, unsynced=_ledger(grouped))
         with faults.active():
             faults.fail_kind(op, kind, at=at)
             try:
@@ -181,6 +190,24 @@ def test_every_failing_operation_of_a_verbatim_append_is_refused_and_nothing_is_
         reopened.close()
         shutil.rmtree(directory)
     assert refused >= len(cases) - 1, (refused, cases)
+
+
+def test_a_level_2_copy_is_durable_when_its_append_returns_also_under_group_commit(tmp_path: Path):
+    """A follower's copy has one writer, which waits for it before fetching on: its append fsyncs it (no need is
+    left to group commit's sync service) and wakes the vnode's readers, as a group-commit sync does."""
+    leader = _leader_wal(tmp_path / "leader")
+    raw = _wal_bytes(leader.dir)
+    woken: list[tuple[str, int]] = []
+    ledger = Unsynced(woken.append)
+    wal = Wal.open(tmp_path / "follower", LEVEL2, unsynced=ledger, owner=("db", 3))
+    assert wal.group_commit
+    for start, end, version in _batches(raw):
+        wal.append_verbatim(parse(raw[start:end], version))
+        assert wal.durable_version == wal.next_version == wal.visible_version
+        assert ledger.take() == []
+    assert woken == [("db", 3)] * len(_batches(raw))
+    wal.close()
+    leader.close()
 
 
 def test_a_fenced_wal_refuses_verbatim_appends_until_the_disk_recovers(tmp_path: Path):

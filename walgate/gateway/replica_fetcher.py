@@ -189,6 +189,21 @@ def finish_cut(engine: Engine, db: str, vgroup: int, high_watermark: int) -> Non
         engine.truncate_vnode(db, vgroup, wal.next_version, high_watermark=high_watermark)
 
 
+def _copy(engine: Engine, v: FollowedVnode, entries: bytes | None, fetch_version: int, epoch: int,
+          high_watermark: int) -> int:
+    """On ``v``'s lane, one call per answer: its ``entries`` (whole batches of leader ``epoch`` from
+    ``fetch_version``; None: none) appended and durable (:meth:`Engine.append_replicated
+    <walgate.storage.engine.Engine.append_replicated>`), then the leader's ``high_watermark``, capped by what the WAL
+    holds, taken as ``v``'s when higher, and when it rose, consumers' long polls on this follower (KIP-392) woken to
+    read what it now serves; the WAL's end."""
+    end = fetch_version if entries is None else engine.append_replicated(v.db, v.vgroup, entries, fetch_version,
+                                                                           epoch)
+    if min(high_watermark, end) > v.high_watermark:
+        v.high_watermark = min(high_watermark, end)
+        engine.store.records_visible(v.key)
+    return end
+
+
 def _truncation_point(engine: Engine, db: str, vgroup: int, answer: EpochEnd) -> int:
     """Where the follower's log diverging from the leader's ``answer`` is cut (KIP-101/279)."""
     vnode = engine.store.local_vnode(db, vgroup)
@@ -491,18 +506,14 @@ class ReplicaFetcher:
                          "(ending at %d)", v.vgroup, v.db, cut, self.source, diverging.epoch, diverging.end_offset)
                 return ErrorCode.none
             end = p.fetch_version
-            if answer.entries:
+            if answer.entries or min(answer.high_watermark, end) > v.high_watermark:
                 end = await self.storage.call_on(frozenset([v.key]), functools.partial(
-                    self.engine.append_replicated, v.db, v.vgroup, bytes(answer.entries), p.fetch_version,
-                    answer.entries_epoch))
-            known, v.high_watermark = v.high_watermark, max(v.high_watermark, min(answer.high_watermark, end))
+                    _copy, self.engine, v, bytes(answer.entries) if answer.entries else None, p.fetch_version,
+                    answer.entries_epoch, answer.high_watermark))
             v.lag = max(0, answer.high_watermark - end)  # (Kafka's FetcherLagMetrics: the HW minus the next offset)
             v.in_sync = v.lag == 0
             if self.traffic is not None and answer.entries:
                 self.traffic.copied(v.db, v.db_id, v.vgroup, len(answer.entries))
-            if v.high_watermark > known:  # consumers' long polls on this follower (KIP-392) read what it now serves
-                await self.storage.call_on(frozenset([v.key]), functools.partial(self.engine.store.records_visible,
-                                                                                 v.key))
             starts = {} if version < 1 else {t.topic_id: t.start_offset for t in answer.log_starts}
             if any(p.log_starts.get(t, 0) < o for t, o in starts.items()):  # (KIP-107: DeleteRecords' on the leader)
                 await self.storage.call_on(frozenset([v.key]), functools.partial(

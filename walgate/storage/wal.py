@@ -555,10 +555,12 @@ class Wal:
         checked again here, only that it starts at :attr:`next_version`
         (:class:`~walgate.storage.wal_verbatim.EntriesRefused`, nothing written, otherwise). Then it is written as
         :meth:`append` writes a batch: one ``write`` into the active segment (rolled first by the same rules, so
-        segment boundaries are this WAL's own), durable per the WAL level and group commit when this returns, and
-        :class:`StorageUnavailable` with nothing kept, memory and disk as before the call, when the disk refuses.
-        After a crash the WAL holds a prefix of whole batches of it. :meth:`undo_append` takes it back as an
-        append."""
+        segment boundaries are this WAL's own), and :class:`StorageUnavailable` with nothing kept, memory and disk
+        as before the call, when the disk refuses. At WAL_LEVEL 2, period 0 (a replicated vnode's) it is durable
+        when this returns, also under group commit: a follower's copy has one writer, its fetcher, which waits for
+        it before it fetches on, so group commit would batch nothing and only add the sync service's round trips
+        (readers of the vnode are woken as its sync would wake them). After a crash the WAL holds a prefix of whole
+        batches of it. :meth:`undo_append` takes it back as an append."""
         raw, first_version, parsed = run.raw, run.first_version, run.entries
         if first_version != self.next_version:
             raise EntriesRefused(f"wal {self.dir}: entries from version {first_version} do not continue the WAL, "
@@ -581,7 +583,7 @@ class Wal:
         for e in parsed:
             running = max(running, e.max_ts)
             new_m.append(running)
-        sync = self.options.level >= 2 and self.options.fsync_period_ms == 0 and self.unsynced is None
+        sync = self.options.level >= 2 and self.options.fsync_period_ms == 0
         try:
             fileio.write_all(self.files.get(seg.path, APPEND).fd, raw)
             if sync:
@@ -598,8 +600,8 @@ class Wal:
         if sync:
             self.durable_version = self.next_version
             self._last_sync = self.clock.monotonic()
-        elif self.unsynced is not None and self.group_commit:
-            self.unsynced.note(self, self.next_version)
+            if self.unsynced is not None:
+                self.unsynced.wake(self.owner)
         if self.appended is not None:
             self.appended()
 
