@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import re
 import socket
 import subprocess
@@ -73,21 +74,49 @@ class WalgateServer:
         raise AssertionError(f"no VmRSS for pid {self.proc.pid}")
 
 
-_handed_out: set[int] = set()
+_FIRST_PORT = 10_000
+
+
+def _port_order() -> Iterator[int]:
+    """The ports :func:`free_port` tries, each once: the kernel gives every outgoing connection a local port from
+    ``ip_local_port_range`` (32768-60999 by default), so a port taken by binding 0 and handed to a server that binds
+    it a moment later could meanwhile be a connection's ('address already in use': compat-tests' module node in
+    123c4b2's CI run, a Jepsen node on 2026-12-01). Below that range only a server binds a port: this process's
+    from ``_FIRST_PORT`` up, in a part of its own per xdist worker (``PYTEST_XDIST_WORKER``), from a point drawn by
+    its pid, in turn."""
+    try:
+        ephemeral = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        ephemeral = 32_768
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0) % workers
+    size = (ephemeral - _FIRST_PORT) // workers
+    if size < 100:  # (a machine whose ephemeral range starts low: the kernel's choice, as before)
+        while True:
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                yield int(s.getsockname()[1])
+    first = _FIRST_PORT + worker * size
+    start = random.Random(os.getpid()).randrange(size)
+    for k in range(size):
+        yield first + (start + k) % size
+
+
+_PORTS = _port_order()
 
 
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago and that this process has not handed out before (the
-    kernel may offer a port it offered a moment ago: two ports taken in a row for one server, say etcd's client and
-    peer ports, were once the same, and the second listener could not bind)."""
-    for _ in range(1_000):
+    """A TCP port on 127.0.0.1 that was free a moment ago, outside the range the kernel takes connections' local
+    ports from, and that this process has not handed out before (:func:`_port_order`; two ports taken in a row for
+    one server, say etcd's client and peer ports, must differ)."""
+    for port in _PORTS:
         with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = int(s.getsockname()[1])
-        if port not in _handed_out:
-            _handed_out.add(port)
-            return port
-    raise AssertionError("no port this process has not handed out before")
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:  # a server of another test (or process) has it
+                continue
+        return port
+    raise AssertionError("no free port left in this process's part of the range")
 
 
 def walgate_env() -> dict[str, str]:
