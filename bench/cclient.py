@@ -88,17 +88,20 @@ class Produced(Tally):
 
     p50: float = 0.0
     p99: float = 0.0
+    client_cpu: float = 0.0  # the producers' own CPU-seconds over their whole run (start-up included)
 
 
 def produce(binary: Path, bootstrap: str, topic: str, partitions: int, processes: int, count: int, size: int,
             acks: str, pid: int, queue: int = 1_000_000, idempotent: bool = True) -> Produced:
     """``processes`` C producers sending ``count`` records in all at once (started together once each has the
     topic's metadata), each with at most ``queue`` records queued or in flight (idempotent with acks=all unless
-    ``idempotent`` is false: librdkafka's default), with the server ``pid``'s CPU-seconds over the same time."""
+    ``idempotent`` is false: librdkafka's default), with the server ``pid``'s CPU-seconds over the same time and the
+    producers' own over their whole run."""
     procs = [subprocess.Popen([str(binary), bootstrap, topic, str(partitions), str(count // processes), str(size), acks,
                                str(queue), "1" if idempotent else "0"],
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env={**os.environ, **CLIENT_ENV})
              for _ in range(processes)]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     try:
         for p in procs:
             assert p.stdout is not None
@@ -116,6 +119,8 @@ def produce(binary: Path, bootstrap: str, topic: str, partitions: int, processes
             if p.poll() is None:
                 p.kill()
                 p.wait()
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     # each process times itself from its go line; they are told at once, so the longest is the whole run
     longest = max(outs, key=lambda o: float(o[1]))
-    return Produced(sum(int(o[0]) for o in outs), float(longest[1]), cpu, float(longest[2]), float(longest[3]))
+    return Produced(sum(int(o[0]) for o in outs), float(longest[1]), cpu, float(longest[2]), float(longest[3]),
+                    (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime))

@@ -17,9 +17,11 @@ etcd member, :func:`bench.cluster.cluster`), against replication factor 1 on the
   the partitions; then the topic is deleted. Samples alternate factor 3 and factor 1 (ABAB..., ``repeat`` of each).
   Rows: records/s and MB/s (value bytes) of factor 3 against factor 1 (medians; the records/s row carries the
   issue's >= 50 % target) and, in the median sample, the p99 of the records' latencies from the produce call to the
-  acknowledgement (the client's queue included: with the queue full it is about :data:`QUEUE` / the rate) and the
+  acknowledgement (the client's queue included: with the queue full it is about :data:`QUEUE` / the rate), the
   CPU-milliseconds per MB written of the three nodes together (utime + stime from /proc/<pid>/stat over the
-  producer's run): on a machine whose cores the nodes share, what bounds the ratio.
+  producer's run) and of the producer itself (its whole run): on a machine whose cores the nodes and the producer
+  share, what bounds the ratio (librdkafka's broker threads busy-poll while acks=all answers are awaited:
+  bench/RESULTS.md, 2026-12-01).
 * **At librdkafka's defaults**: one more sample of each factor from the same C producer without idempotence
   (librdkafka's default: acks=all, a request sent per ``linger.ms`` and leader however many are unanswered, so its
   batches shrink while answers take a replication round) to :data:`DEFAULTS_PARTITIONS` partitions. A node handling
@@ -87,7 +89,8 @@ def throughput(running: LocalCluster, repeat: int, count: int) -> dict[int, list
             samples[factor].append(run)
             print(f"bench: replicated throughput, factor {factor}, sample {i + 1}: {run.rate:,.0f} records/s, "
                   f"{run.rate * VALUE / 1e6:.1f} MB/s, latency p50 {run.p50 * 1e3:.1f} ms p99 {run.p99 * 1e3:.1f} ms, "
-                  f"the nodes' CPU-s {run.cpu:.2f} over {run.seconds:.2f} s", flush=True)
+                  f"the nodes' CPU-s {run.cpu:.2f} over {run.seconds:.2f} s, the producer's {run.client_cpu:.2f}",
+                  flush=True)
     return samples
 
 
@@ -138,13 +141,15 @@ def throughput_rows(samples: dict[int, list[cclient.Produced]]) -> list[Row]:
             rate[1] * VALUE / 1e6),
         Row(f"  latency p99 (produce call to ack, <= {QUEUE:,} queued), factor 3", middle[3].p99 * 1e3, "ms",
             "replication factor 1", middle[1].p99 * 1e3),
-        Row("  CPU-milliseconds per MB written, the 3 nodes together, factor 3", _per_mb(middle[3]), "CPU-ms/MB",
-            "replication factor 1", _per_mb(middle[1])),
+        Row("  CPU-milliseconds per MB written, the 3 nodes together, factor 3", _per_mb(middle[3], middle[3].cpu),
+            "CPU-ms/MB", "replication factor 1", _per_mb(middle[1], middle[1].cpu)),
+        Row("  CPU-milliseconds per MB written, the C producer, factor 3", _per_mb(middle[3], middle[3].client_cpu),
+            "CPU-ms/MB", "replication factor 1", _per_mb(middle[1], middle[1].client_cpu)),
     ]
 
 
-def _per_mb(run: cclient.Produced) -> float:
-    return run.cpu * 1e3 / (run.count * VALUE / 1e6)
+def _per_mb(run: cclient.Produced, cpu_seconds: float) -> float:
+    return cpu_seconds * 1e3 / (run.count * VALUE / 1e6)
 
 
 def _nodes_cpu(running: LocalCluster) -> float:

@@ -17,19 +17,22 @@ from bench.replicated import throughput_rows
 
 
 def _produced(rate: float, p99: float) -> Produced:
-    """A 2-second sample at ``rate`` records/s; the nodes spent 1 CPU-second per 10,000 records."""
-    return Produced(count=int(rate * 2), seconds=2.0, cpu=rate * 2 / 10_000, p50=p99 / 2, p99=p99)
+    """A 2-second sample at ``rate`` records/s; the nodes spent 1 CPU-second per 10,000 records, the producer half
+    a second."""
+    return Produced(count=int(rate * 2), seconds=2.0, cpu=rate * 2 / 10_000, p50=p99 / 2, p99=p99,
+                    client_cpu=rate / 10_000)
 
 
 def test_factor_3_throughput_is_the_median_sample_against_factor_1_with_the_half_target() -> None:
     rows = throughput_rows({3: [_produced(10_000, 0.9), _produced(30_000, 0.3), _produced(20_000, 0.5)],
                             1: [_produced(50_000, 0.2), _produced(30_000, 0.4), _produced(40_000, 0.25)]})
-    records, mb, latency, cpu = rows
+    records, mb, latency, cpu, producer = rows
     assert (records.value, records.limit, records.verdict) == (20_000, 40_000, "met")  # exactly 50 %
     assert mb.value == pytest.approx(20_000 * replicated.VALUE / 1e6)
     assert (latency.value, latency.limit) == (pytest.approx(500), pytest.approx(250))  # the median samples' p99, ms
     per_mb = 1e3 / (10_000 * replicated.VALUE / 1e6)  # 1 CPU-s per 10,000 records of VALUE bytes, in CPU-ms/MB
     assert (cpu.value, cpu.limit) == (pytest.approx(per_mb), pytest.approx(per_mb))
+    assert (producer.value, producer.limit) == (pytest.approx(per_mb / 2), pytest.approx(per_mb / 2))
     slower = throughput_rows({3: [_produced(19_999, 0.5)], 1: [_produced(40_000, 0.25)]})
     assert slower[0].verdict == "missed"
     assert throughput_rows({3: [], 1: []}) == []  # no C producer: no rows
