@@ -1,15 +1,18 @@
 """``ClusterMember.others``: the other live nodes' endpoints on a listener, which Metadata, Produce, Fetch and
 FindCoordinator name at every request, made once per membership view and listener and made again when the view is
-replaced (walgate/gateway/cluster_member.py)."""
+replaced; ``stop_tasks``, which a node's shutdown stops its cluster loops with, ends a task that swallowed its
+cancellation (walgate/gateway/cluster_member.py)."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from pathlib import Path
 
 import pytest
 
 from walgate.cluster.model import Membership, NodeInfo
-from walgate.gateway.cluster_member import ClusterMember
+from walgate.gateway.cluster_member import ClusterMember, stop_tasks
 
 
 def view(*nodes: NodeInfo) -> Membership:
@@ -33,3 +36,28 @@ def test_others_follow_the_view_and_the_listener(tmp_path: Path) -> None:
         plain[5] = ("h5", 1)  # type: ignore[index]  # read-only: every request shares it
     member.view = view(info(1, "PLAINTEXT://h1:9092"), info(3, "PLAINTEXT://h3:9092"))  # node 2 left, 3 moved
     assert member.others("PLAINTEXT") == {3: ("h3", 9092)}
+
+
+async def test_stop_tasks_cancels_again_a_task_that_swallowed_its_cancellation(caplog: pytest.LogCaptureFixture) -> None:
+    """As aetcd's watcher swallows a cancellation: the loop goes on; it is cancelled again and ends, and a task
+    that had ended on an error is logged."""
+    swallowed = asyncio.Event()
+
+    async def stubborn() -> None:
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            swallowed.set()  # (aetcd: ``except CancelledError: pass``)
+        await asyncio.sleep(3600)
+
+    async def failed() -> None:
+        raise RuntimeError("broken loop")
+
+    tasks = [asyncio.create_task(stubborn(), name="stubborn"), asyncio.create_task(failed(), name="failed"),
+             asyncio.create_task(asyncio.sleep(3600), name="plain")]
+    await asyncio.sleep(0)
+    with caplog.at_level(logging.ERROR, logger="walgate.cluster"):
+        async with asyncio.timeout(10):
+            await stop_tasks(tasks)
+    assert swallowed.is_set() and tasks[0].cancelled() and tasks[2].cancelled()
+    assert [r.getMessage() for r in caplog.records] == ["failed had stopped: broken loop"]

@@ -51,13 +51,30 @@ __all__ = ["ClusterMember", "ClusterStartError", "dnodes", "stop_tasks"]
 log = logging.getLogger("walgate.cluster")
 
 
+CANCEL_AGAIN_S = 0.5
+"""How often :func:`stop_tasks` cancels again a task that has not ended. aetcd's watcher swallows a cancellation that
+meets its stream's request handler (``except CancelledError: pass``; :meth:`Reconciler._wait_change
+<walgate.cluster.partition_states.Reconciler._wait_change>` bounds its own watches for it), and a loop around a watch
+then went on as if it had not been asked to stop, and a node's shutdown waited for it forever (the likely cause of a
+node SIGKILLed 60 s after its SIGTERM in a CI run of 2026-12-02, tests/jepsen/test_replicated_controller.py::
+test_zombie_controller[1]: elected controller during its shutdown, it logged nothing more)."""
+
+
 async def stop_tasks(tasks: list[asyncio.Task[None]]) -> None:
-    """Cancel ``tasks`` and wait until they ended; a loop that had ended on an error it did not expect is logged."""
+    """Cancel ``tasks`` and wait until they ended, cancelling again every :data:`CANCEL_AGAIN_S` one that has not;
+    a loop that had ended on an error it did not expect is logged."""
     for task in tasks:
         task.cancel()
-    for task, outcome in zip(tasks, await asyncio.gather(*tasks, return_exceptions=True), strict=True):
-        if isinstance(outcome, Exception):
-            log.error("%s had stopped: %s", task.get_name(), outcome)
+    running = set(tasks)
+    while running:
+        _, running = await asyncio.wait(running, timeout=CANCEL_AGAIN_S)
+        for task in running:
+            log.debug("%s did not end when cancelled: cancelled again", task.get_name())
+            task.cancel()
+    for task in tasks:
+        error = None if task.cancelled() else task.exception()
+        if isinstance(error, Exception):
+            log.error("%s had stopped: %s", task.get_name(), error)
 
 
 def dnodes(view: Membership) -> tuple[Dnode, ...]:
