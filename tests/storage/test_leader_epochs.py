@@ -417,15 +417,16 @@ def test_kill_9_while_epochs_begin_leaves_the_old_file_or_the_new_one(tmp_path: 
         child = subprocess.Popen([sys.executable, "-c", _CHILD, str(tmp_path)], stdout=subprocess.PIPE,
                                  env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
         assert child.stdout is not None and child.stdout.readline() == b"ready\n"
-        time.sleep(rng.uniform(0.01, 0.2))
+        first = int(child.stdout.readline())  # (killed amid the writes, never before the first: on a loaded machine
+        time.sleep(rng.uniform(0.01, 0.2))  # the first begin's fsyncs outlasted the sleep, CI of 2026-12-02)
         child.send_signal(signal.SIGKILL)
         out = child.stdout.read().split()
         child.wait(30)
-        said = int(out[-1]) if out else -1
+        said = int(out[-1]) if out else first
         recorded.append(said)
         damage = DamageLog(tmp_path / f"damage{attempt}")
         epochs = LeaderEpochs.open(tmp_path, 1 << 40, damage=damage)
         assert damage.records == [] and not list(tmp_path.glob("*.tmp")), attempt
         assert epochs.latest_epoch >= said, (attempt, said, epochs.entries)
         assert [e.epoch for e in epochs.entries] == list(range(epochs.latest_epoch + 1)), attempt
-    assert recorded[-1] > 3, recorded  # (the kills landed among many writes, not before the first)
+    assert recorded == sorted(recorded) and recorded[-1] >= 3, recorded  # (each attempt went on from the last)
