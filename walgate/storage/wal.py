@@ -75,7 +75,8 @@ stay invisible, and the next sync (the resync below) rewrites and syncs them; on
 and visible like the appends after them. So a refused append under group commit is never served while it is not
 durable, but may be served afterwards, as Kafka may keep a batch whose produce failed (an idempotent producer's
 retry is then answered as a duplicate: the same offsets). A failure *writing* the log still refuses and cuts back
-as above: group commit defers only the fdatasync.
+as above: group commit defers only the fdatasync. A follower's copy (:meth:`append_verbatim`) is fdatasynced in
+its own call even so: its one writer waits for it before writing more, so a group would only ever hold it.
 
 After a
 failed fdatasync Linux may have dropped the dirty pages it could not write and
