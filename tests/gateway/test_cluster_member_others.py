@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from walgate.cluster.model import Membership, NodeInfo
+from walgate.gateway import cluster_member
 from walgate.gateway.cluster_member import ClusterMember, stop_tasks
 
 
@@ -38,9 +39,11 @@ def test_others_follow_the_view_and_the_listener(tmp_path: Path) -> None:
     assert member.others("PLAINTEXT") == {3: ("h3", 9092)}
 
 
-async def test_stop_tasks_cancels_again_a_task_that_swallowed_its_cancellation(caplog: pytest.LogCaptureFixture) -> None:
+async def test_stop_tasks_cancels_again_a_task_that_swallowed_its_cancellation(caplog: pytest.LogCaptureFixture,
+                                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """As aetcd's watcher swallows a cancellation: the loop goes on; it is cancelled again and ends, and a task
     that had ended on an error is logged."""
+    monkeypatch.setattr(cluster_member, "CANCEL_AGAIN_AFTER_S", 0.5)
     swallowed = asyncio.Event()
 
     async def stubborn() -> None:
@@ -56,8 +59,28 @@ async def test_stop_tasks_cancels_again_a_task_that_swallowed_its_cancellation(c
     tasks = [asyncio.create_task(stubborn(), name="stubborn"), asyncio.create_task(failed(), name="failed"),
              asyncio.create_task(asyncio.sleep(3600), name="plain")]
     await asyncio.sleep(0)
-    with caplog.at_level(logging.ERROR, logger="walgate.cluster"):
+    with caplog.at_level(logging.WARNING, logger="walgate.cluster"):
         async with asyncio.timeout(10):
             await stop_tasks(tasks)
     assert swallowed.is_set() and tasks[0].cancelled() and tasks[2].cancelled()
-    assert [r.getMessage() for r in caplog.records] == ["failed had stopped: broken loop"]
+    assert [r.getMessage() for r in caplog.records] == ["stubborn did not end 0.5 s after it was cancelled: "
+                                                        "cancelled again until it does",
+                                                        "failed had stopped: broken loop"]
+
+
+async def test_stop_tasks_leaves_a_task_its_cleanup_until_the_grace_ends(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A task whose cleanup on cancellation takes a while (the replica manager's checkpoints) is cancelled once."""
+    monkeypatch.setattr(cluster_member, "CANCEL_AGAIN_AFTER_S", 5.0)
+    cleaned = asyncio.Event()
+
+    async def slow_cleanup() -> None:
+        try:
+            await asyncio.sleep(3600)
+        finally:
+            await asyncio.sleep(1.0)  # (cut short by a second cancellation)
+            cleaned.set()
+
+    task = asyncio.create_task(slow_cleanup())
+    await asyncio.sleep(0)
+    await stop_tasks([task])
+    assert cleaned.is_set() and task.cancelled()

@@ -51,26 +51,33 @@ __all__ = ["ClusterMember", "ClusterStartError", "dnodes", "stop_tasks"]
 log = logging.getLogger("walgate.cluster")
 
 
+CANCEL_AGAIN_AFTER_S = 15.0
+"""How long :func:`stop_tasks` waits for a cancelled task before it cancels it again (every ``CANCEL_AGAIN_S`` from
+then on). aetcd's watcher swallows a cancellation that meets its stream's request handler (``except CancelledError:
+pass``; :meth:`Reconciler._wait_change <walgate.cluster.partition_states.Reconciler._wait_change>` bounds its own
+watches for it), and a loop around a watch then went on as if it had not been asked to stop, so a node's shutdown
+waited for it forever (the likely cause of a node SIGKILLed 60 s after its SIGTERM in a CI run of 2026-12-02,
+tests/jepsen/test_replicated_controller.py::test_zombie_controller[1]: elected controller during its shutdown, it
+logged nothing more). Not sooner: a task's own cleanup on cancellation must not be cut short (the replica manager
+resigns its leaderships, freezes its vnodes and writes their high watermark checkpoints, through storage calls and
+fsyncs that a loaded machine may take seconds over)."""
 CANCEL_AGAIN_S = 0.5
-"""How often :func:`stop_tasks` cancels again a task that has not ended. aetcd's watcher swallows a cancellation that
-meets its stream's request handler (``except CancelledError: pass``; :meth:`Reconciler._wait_change
-<walgate.cluster.partition_states.Reconciler._wait_change>` bounds its own watches for it), and a loop around a watch
-then went on as if it had not been asked to stop, and a node's shutdown waited for it forever (the likely cause of a
-node SIGKILLed 60 s after its SIGTERM in a CI run of 2026-12-02, tests/jepsen/test_replicated_controller.py::
-test_zombie_controller[1]: elected controller during its shutdown, it logged nothing more)."""
 
 
 async def stop_tasks(tasks: list[asyncio.Task[None]]) -> None:
-    """Cancel ``tasks`` and wait until they ended, cancelling again every :data:`CANCEL_AGAIN_S` one that has not;
-    a loop that had ended on an error it did not expect is logged."""
+    """Cancel ``tasks`` and wait until they ended, cancelling again one that has not after
+    :data:`CANCEL_AGAIN_AFTER_S`, then every :data:`CANCEL_AGAIN_S`; a loop that had ended on an error it did not
+    expect is logged."""
     for task in tasks:
         task.cancel()
-    running = set(tasks)
+    _, running = await asyncio.wait(tasks, timeout=CANCEL_AGAIN_AFTER_S) if tasks else (set(), set())
+    for task in running:
+        log.warning("%s did not end %g s after it was cancelled: cancelled again until it does", task.get_name(),
+                    CANCEL_AGAIN_AFTER_S)
     while running:
-        _, running = await asyncio.wait(running, timeout=CANCEL_AGAIN_S)
         for task in running:
-            log.debug("%s did not end when cancelled: cancelled again", task.get_name())
             task.cancel()
+        _, running = await asyncio.wait(running, timeout=CANCEL_AGAIN_S)
     for task in tasks:
         error = None if task.cancelled() else task.exception()
         if isinstance(error, Exception):
