@@ -140,6 +140,33 @@ async def test_an_exclusive_call_waits_for_keyed_calls_and_is_not_starved(lane: 
     assert log.index("passer start") < log.index("exclusive start") < log.index("late start")
 
 
+async def test_a_background_call_never_passes_an_exclusive_call_so_holding_it_delays_no_other_vnode(
+        lane: StorageThread) -> None:
+    """A background step submitted while an exclusive call waits for an older keyed call starts only after the
+    exclusive call (a request's keyed call would pass it); held then, it delays no call on another vnode, also
+    with another exclusive call waiting for it. (Had it passed the first exclusive call, that call would wait for
+    it, and every later call behind that one: the log cleaner's step in CI, test_cleaner_keyed.)"""
+    release_old, release_step, log = threading.Event(), threading.Event(), []
+    old = asyncio.create_task(lane.call_on(frozenset({A0}), holder(release_old, log, "old")))
+    await started(log, "old start")
+    exclusive = asyncio.create_task(lane.call(quick(log, "exclusive")))
+    step = asyncio.create_task(lane.call_on(frozenset({A1}), holder(release_step, log, "step"), background=True))
+    try:
+        await asyncio.sleep(0.05)
+        assert "step start" not in log  # a request's call on A1 would have started (the test above)
+        release_old.set()
+        await started(log, "step start")
+        assert log.index("exclusive start") < log.index("step start")
+        second = asyncio.create_task(lane.call(quick(log, "second")))
+        assert await asyncio.wait_for(lane.call_on(frozenset({B0}), quick(log, "b")), BOUND_S) == "b"
+        assert not step.done() and "second start" not in log
+    finally:
+        release_old.set()
+        release_step.set()
+    assert await asyncio.wait_for(asyncio.gather(old, exclusive, step, second), BOUND_S) == [
+        "old", "exclusive", "step", "second"]
+
+
 async def test_a_keyed_call_that_needs_more_runs_again_exclusive(lane: StorageThread) -> None:
     seen: list[frozenset[VnodeKey] | None] = []
 

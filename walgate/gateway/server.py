@@ -617,7 +617,8 @@ class Gateway:
         """The log cleaner (``log.cleaner.enable``, :mod:`walgate.storage.cleaner`): one bounded step of a partition's
         pass at a time on the storage lane (requests are served in between): the step that chooses the partition
         and starts a pass is exclusive, the pass's next steps hold only that partition's vnode (other partitions'
-        Produce and Fetch run beside them); the fsyncs a step left (staged bytes, a commit's file and directory)
+        Produce and Fetch run beside them; background calls, which never pass an exclusive one, so even a slow step
+        delays no other vnode's); the fsyncs a step left (staged bytes, a commit's file and directory)
         on a thread of its own, the next step at once while a pass is in progress; after a pass, or when none is
         due, the next after ``log.cleaner.backoff.ms``."""
         backoff = self.config.log_cleaner_backoff_ms / 1000
@@ -630,7 +631,8 @@ class Gateway:
                     stats, sync, cleaning = await self._storage.call(_clean_now, engine, node_id, max_keys)
                 else:
                     stats, sync, cleaning = await self._storage.call_on(
-                        frozenset({cleaning}), functools.partial(_clean_now, engine, node_id, max_keys, cleaning))
+                        frozenset({cleaning}), functools.partial(_clean_now, engine, node_id, max_keys, cleaning),
+                        background=True)
                 if sync is not None:  # the fsyncs the step left, off the storage thread
                     await asyncio.to_thread(sync)
             except OSError as exc:  # a full or failing disk: the old segments stand, the pass is tried again

@@ -23,7 +23,10 @@ or submitted before it conflicts with it (an exclusive call conflicts with every
 keyed call (a large write) from stalling every other vnode behind an exclusive call queued after it: while an
 exclusive call still waits for a keyed call that was running when it came, later keyed calls on free vnodes start
 meanwhile (it would wait that long anyway); once those older calls ended no later call passes it, so it is never
-starved. A keyed call whose keys no longer cover what it must touch (the catalog moved since they were computed)
+starved. A background step (``call_on(..., background=True)``: the log cleaner's) never passes an exclusive call:
+it starts only when none is pending before it, so every exclusive call submitted while it runs waits for it and lets
+later keyed calls on other vnodes pass meanwhile; a slow step (a slow disk) thus delays no other vnode's calls,
+which a passer's could (an exclusive call it passed waits for it, and everything after waits for that call). A keyed call whose keys no longer cover what it must touch (the catalog moved since they were computed)
 raises :class:`~walgate.storage.lanes.Relane` before changing anything and runs again, exclusive, at the end of the
 queue.
 
@@ -99,6 +102,7 @@ class _Call:
     # an exclusive call: the calls that ran when it was submitted; while one of them still runs, later keyed calls
     # that conflict with nothing may start before it (it waits for those anyway), after that none may
     before: frozenset[_Call] = frozenset()
+    background: bool = False  # a keyed call that never starts before a pending exclusive call (the module docstring)
 
 
 class StorageThread:
@@ -156,17 +160,18 @@ class StorageThread:
         return result
 
     async def call_on(self, keys: frozenset[VnodeKey] | None, fn: Callable[[], T],
-                      exclusive: Callable[[], Awaitable[T]] | None = None) -> T:
+                      exclusive: Callable[[], Awaitable[T]] | None = None, background: bool = False) -> T:
         """Run ``fn()`` holding only the vnodes ``keys`` (None, or a lane without vnode threads: exclusive, as
         :meth:`call`). ``fn`` checks first that its keys cover what it will touch and raises
         :class:`~walgate.storage.lanes.Relane` before changing anything when they do not: it then runs again with the
         whole lane, through ``exclusive`` when given (the caller's own way to an exclusive call, e.g. a cluster
-        node's staged call), else as :meth:`call` runs it."""
+        node's staged call), else as :meth:`call` runs it. ``background``: a background step, which never starts
+        before an exclusive call pending before it (the module docstring)."""
         if keys is None or self._vnodes is None:
             result: T = await (exclusive() if exclusive is not None else self._schedule(None, fn))
             return result
         try:
-            result = await self._schedule(keys, fn)
+            result = await self._schedule(keys, fn, background)
         except Relane:
             self.relaned += 1
             result = await (exclusive() if exclusive is not None else self._schedule(None, fn))
@@ -179,10 +184,11 @@ class StorageThread:
             assert self._durability is not None  # (needs are only noted under group commit)
             await self._durability.wait(needs)
 
-    async def _schedule(self, keys: frozenset[VnodeKey] | None, fn: Callable[[], Any]) -> Any:
+    async def _schedule(self, keys: frozenset[VnodeKey] | None, fn: Callable[[], Any], background: bool = False
+                        ) -> Any:
         call = _Call(keys, functools.partial(contextvars.copy_context().run, fn), time.perf_counter(),
                      asyncio.get_running_loop().create_future(),
-                     before=frozenset(self._running) if keys is None else frozenset())
+                     before=frozenset(self._running) if keys is None else frozenset(), background=background)
         self._pending.append(call)
         self._dispatch()
         try:
@@ -201,11 +207,12 @@ class StorageThread:
         is before it; a keyed call once no running call and no earlier pending one holds any of its vnodes, and no
         exclusive call runs or is pending before it (but for an exclusive call still waiting for calls that ran
         when it came: later keyed calls may run meanwhile, and it waits for them too; so it waits at most for
-        those, and for the keyed calls that started before they ended)."""
+        those, and for the keyed calls that started before they ended; a background call never passes one)."""
         if self._exclusive or not self._pending:
             return
         kept: list[_Call] = []
         blocked: set[VnodeKey] = set()
+        exclusive_pending = False
         for i, call in enumerate(self._pending):
             if call.keys is None:
                 if not self._running and not kept:
@@ -213,10 +220,11 @@ class StorageThread:
                     kept += self._pending[i + 1:]
                     break
                 kept.append(call)
+                exclusive_pending = True
                 if not call.before & self._running:  # it waits only for calls that came after it: no more of them
                     kept += self._pending[i + 1:]
                     break
-            elif call.keys & self._running_keys or call.keys & blocked:
+            elif call.keys & self._running_keys or call.keys & blocked or (call.background and exclusive_pending):
                 kept.append(call)
                 blocked |= call.keys
             else:
