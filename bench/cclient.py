@@ -27,6 +27,12 @@ HEADER = Path("/usr/include/librdkafka/rdkafka.h")
 BUILD = Path(__file__).resolve().parent.parent / ".cache" / "bench"
 
 
+def children_cpu() -> float:
+    """User + system CPU-seconds of this process's waited-for children so far (the C clients, once they exit)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def build(name: str = "cconsume") -> Path | None:
     """The compiled client ``name`` (bench/<name>.c; rebuilt when the source is newer), or None with a printed
     reason. One binary per librdkafka it links (its path is in the binary's rpath: a build for another virtualenv
@@ -62,7 +68,7 @@ def consume(binary: Path, bootstrap: str, topic: str, partition_sets: list[list[
     """(records, value bytes, seconds, client CPU-seconds) for one consumer process per partition set, reading at
     once, with the extra client settings ``conf``; start-up is not part of the seconds (but is of the
     CPU-seconds)."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    before = children_cpu()
     procs = [subprocess.Popen([str(binary), bootstrap, topic, ",".join(map(str, parts)),
                                str(expected * len(parts) // sum(map(len, partition_sets))), "120",
                                *(f"{k}={v}" for k, v in (conf or {}).items())],
@@ -75,8 +81,7 @@ def consume(binary: Path, bootstrap: str, topic: str, partition_sets: list[list[
             if p.poll() is None:
                 p.kill()
                 p.wait()
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    cpu = children_cpu() - before
     # each process times itself from its first record; they start together, so the longest is the whole read
     return sum(int(o[0]) for o in outs), sum(int(o[1]) for o in outs), max(float(o[2]) for o in outs), cpu
 
@@ -101,7 +106,7 @@ def produce(binary: Path, bootstrap: str, topic: str, partitions: int, processes
                                str(queue), "1" if idempotent else "0"],
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env={**os.environ, **CLIENT_ENV})
              for _ in range(processes)]
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    before = children_cpu()
     try:
         for p in procs:
             assert p.stdout is not None
@@ -119,8 +124,8 @@ def produce(binary: Path, bootstrap: str, topic: str, partitions: int, processes
             if p.poll() is None:
                 p.kill()
                 p.wait()
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    client_cpu = children_cpu() - before
     # each process times itself from its go line; they are told at once, so the longest is the whole run
     longest = max(outs, key=lambda o: float(o[1]))
     return Produced(sum(int(o[0]) for o in outs), float(longest[1]), cpu, float(longest[2]), float(longest[3]),
-                    (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime))
+                    client_cpu)

@@ -46,7 +46,6 @@ import contextlib
 import json
 import os
 import random
-import resource
 import statistics
 import tempfile
 import threading
@@ -110,12 +109,6 @@ def leaders(bootstrap: str, topic: str) -> dict[int, int]:
     return {p.id: p.leader for p in meta.topics[topic].partitions.values()}
 
 
-def children_cpu() -> float:
-    """User + system CPU-seconds of this process's waited-for children so far (the C clients, once they exit)."""
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
-
-
 MACHINE = "the machine (every process)"
 
 
@@ -164,7 +157,7 @@ def scale_sample(producer: Path, consumer: Path, running: LocalCluster, topic: s
         raise RuntimeError(f"{topic}'s partitions are on nodes {sorted(placed)}, not spread over every node")
 
     def cpu() -> dict[str, float]:
-        return {**{name: cpu_seconds(pid) for name, pid in pids.items()}, "client": children_cpu(),
+        return {**{name: cpu_seconds(pid) for name, pid in pids.items()}, "client": cclient.children_cpu(),
                 MACHINE: machine_cpu()}
 
     def spent(start: dict[str, float], end: dict[str, float], client: str) -> dict[str, float]:
