@@ -97,6 +97,7 @@ from walgate.gateway.kafka.context import ANONYMOUS, RequestContext
 from walgate.gateway.kafka.frame_writer import FrameWriter
 from walgate.gateway.kafka.handlers import HANDLERS, internal
 from walgate.gateway.kafka.handlers.common import Deferred, Unanswered
+from walgate.gateway.kafka.produce_gaps import ProduceGaps
 from walgate.gateway.kafka.sasl import (
     Authentication,
     SaslFailed,
@@ -338,6 +339,7 @@ class KafkaServer:
         client_id: str | None = None
         reason = "closed by the client"
         auth = Authentication(sasl, host)  # without SASL settings: only a cluster node may authenticate (.sasl)
+        gaps = ProduceGaps()
         muted_until = 0.0  # (loop time) a throttled answer's mute: no request handled before it
         self._active[writer] = loop.time()
         metrics.connection(listener.name, opened=True)
@@ -408,7 +410,7 @@ class KafkaServer:
                                             extra={"peer": address, "client_id": client_id, "principal": principal})
                     requests += 1
                     ctx = RequestContext.of(header, principal=principal, peer=host, listener=listener,
-                                            authentication=auth)
+                                            authentication=auth, produce_gaps=gaps)
                     produce = header.api_key == _PRODUCE
                     await (answers.room() if produce else answers.empty())  # (the module docstring: in order)
                     if muted_until > loop.time():

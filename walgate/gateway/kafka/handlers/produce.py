@@ -34,7 +34,10 @@
   with no offset), and, when the refused batch was not in the log, the later one's OUT_OF_ORDER_SEQUENCE_NUMBER
   made it bump its producer epoch (KIP-360) and send every batch not acknowledged yet again under new sequence
   numbers: one the old leader had appended was stored twice (as the WALs and logs of a compat run of 2026-11-30
-  read). Rows produced with ``acks=all`` to a TDengine topic over a replicated database (``REPLICA n``: each vnode its rows land in led
+  read). For the same reason a batch of an idempotent producer refused before its append (NOT_ENOUGH_REPLICAS,
+  NOT_LEADER_OR_FOLLOWER, KAFKA_STORAGE_ERROR) leaves a gap on its connection: the batches of that producer and
+  partition after it on the connection get the same refusal, without their append, until it comes again
+  (:mod:`walgate.gateway.kafka.produce_gaps`). Rows produced with ``acks=all`` to a TDengine topic over a replicated database (``REPLICA n``: each vnode its rows land in led
   here, else NOT_LEADER_OR_FOLLOWER) are refused before their append while a vnode's ISR is below
   ``min.insync.replicas`` (NOT_ENOUGH_REPLICAS) and answered once the high watermark of every vnode the topic's
   partitions of the request appended to passes those appends, in the leader epoch they were appended in
@@ -103,6 +106,7 @@ from walgate.gateway.kafka.leaders import (
     taking_over,
 )
 from walgate.gateway.kafka.led_vnodes import LedVnodes, until_changed
+from walgate.gateway.kafka.produce_gaps import ProduceGaps
 from walgate.gateway.quotas import PRODUCE as PRODUCE_RATE
 from walgate.storage.durability import Need
 from walgate.storage.engine import Engine
@@ -155,10 +159,35 @@ async def handle(broker: Broker, ctx: RequestContext, request: ProduceRequest
     others = other_nodes(broker, ctx.listener.name)
     written = [(t.name, p.index) for t in request.topic_data for p in t.partition_data]
     await _taken_over(broker, written, request.timeout.total_seconds())
+    gaps = ctx.produce_gaps
+    if gaps is not None:
+        refused.update(_beyond_gaps(gaps, request, refused))
     answers, needs, waits = await broker.call_on(
         lambda topics: partition_keys(topics, written), _produce, request, int(time.time() * 1000), writable, denied,
         refused, broker.node_id, others, broker.led)
+    if gaps is not None:
+        for t in request.topic_data:
+            for p in t.partition_data:
+                gaps.refused(t.name, p.index, p.records or b"", answers[(t.name, p.index)]["error_code"])
     return Deferred(_answered(broker, ctx, request, others, answers, needs, waits))
+
+
+def _beyond_gaps(gaps: ProduceGaps, request: ProduceRequest, refused: dict[tuple[str, int], PartitionAnswer]
+                 ) -> dict[tuple[str, int], PartitionAnswer]:
+    """The answers of the request's partitions whose batches lie beyond a sequence gap the connection left
+    (:mod:`walgate.gateway.kafka.produce_gaps`): the gap's error, nothing appended."""
+    answers = {}
+    for t in request.topic_data:
+        for p in t.partition_data:
+            if (t.name, p.index) in refused:
+                continue
+            gap = gaps.beyond(t.name, p.index, p.records or b"")
+            if gap is not None:
+                answers[(t.name, p.index)] = _answer(
+                    p.index, gap.error, f"these batches follow sequence {gap.first_seq} of producer {gap.producer_id}, "
+                    f"which this connection's earlier request was refused before its append "
+                    f"({gap.error.name.upper()}): refused alike until that batch comes again")
+    return answers
 
 
 async def _answered(broker: Broker, ctx: RequestContext, request: ProduceRequest, others: Endpoints,

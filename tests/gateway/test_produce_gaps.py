@@ -1,0 +1,147 @@
+"""A connection's sequence gaps (walgate/gateway/kafka/produce_gaps.py): an idempotent producer's batch refused before
+its append, and the batches of that producer and partition pipelined after it on the connection.
+
+The rule's own cases first; then a real gateway and one connection: the WAL's next write refused once (ENOSPC, on a
+hook of ``walgate.storage.fileio.os``, as the fault tests do), two pipelined requests of sequences 1 and 2 (the disk
+well again when the second is checked). The second must be refused as the first was, never OUT_OF_ORDER_SEQUENCE_
+NUMBER, which makes librdkafka bump its epoch and send its unacknowledged batches again under new numbers (the
+duplicate of CI, 2026-12-02); sent again in order, both are appended once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import errno
+import os
+import re
+import struct
+from typing import Any
+
+import pytest
+from kio.schema.produce.v9 import request as produce_v9
+
+from walgate.gateway.config import Config
+from walgate.gateway.kafka.produce_gaps import Gap, ProduceGaps
+from walgate.gateway.server import Gateway
+from walgate.storage import fileio
+from walgate.wire import encode_batch
+from walgate.wire.errors import ErrorCode
+from walgate.wire.protocol import encode_request
+
+TOPIC = "gaps"
+PRODUCER, EPOCH = 4242, 0
+BOUND_S = 20.0  # (bounds the waits only)
+WAL_SEGMENT = re.compile(r"/\d{20}\.log$")
+
+
+def batch(seq: int, producer_id: int = PRODUCER, epoch: int = EPOCH, value: bytes | None = None) -> bytes:
+    return encode_batch(0, [1_700_000_000_000], [b"k"], [value or b"v%d" % seq], [[]], producer_id=producer_id,
+                        producer_epoch=epoch, base_sequence=seq)
+
+
+# ----------------------------------------------------------------------------------------------- the rule
+
+
+def test_a_batch_after_a_refused_one_is_refused_alike_until_the_refused_one_comes_again() -> None:
+    gaps = ProduceGaps()
+    gaps.refused("t", 0, batch(5), ErrorCode.not_enough_replicas)
+    gap = Gap(PRODUCER, EPOCH, 5, ErrorCode.not_enough_replicas)
+    assert gaps.beyond("t", 0, batch(6)) == gap and gaps.beyond("t", 0, batch(9)) == gap
+    assert gaps.beyond("t", 1, batch(6)) is None  # (another partition)
+    assert gaps.beyond("t", 0, batch(4)) is None  # a retry of an earlier batch: checked as usual, the gap kept
+    assert gaps.beyond("t", 0, batch(5)) is None  # the refused batch again: the gap ends
+    assert gaps.beyond("t", 0, batch(6)) is None
+
+
+def test_a_gap_is_the_earliest_refused_batch_and_ends_with_another_producer_or_epoch() -> None:
+    gaps = ProduceGaps()
+    gaps.refused("t", 0, batch(7), ErrorCode.not_leader_or_follower)
+    gaps.refused("t", 0, batch(8), ErrorCode.not_enough_replicas)  # (one beyond the gap, refused alike)
+    gaps.refused("t", 0, batch(6), ErrorCode.kafka_storage_error)
+    assert gaps.beyond("t", 0, batch(7)) == Gap(PRODUCER, EPOCH, 6, ErrorCode.kafka_storage_error)
+    assert gaps.beyond("t", 0, batch(0, epoch=EPOCH + 1)) is None  # a bumped epoch starts afresh
+    assert gaps.beyond("t", 0, batch(7)) is None
+    gaps.refused("t", 0, batch(3), ErrorCode.not_enough_replicas)
+    assert gaps.beyond("t", 0, batch(4, producer_id=PRODUCER + 1)) is None
+    assert gaps.beyond("t", 0, batch(4)) is None
+
+
+def test_only_refusals_before_the_append_of_an_idempotent_producer_leave_a_gap() -> None:
+    gaps = ProduceGaps()
+    gaps.refused("t", 0, batch(1), ErrorCode.not_enough_replicas_after_append)  # (appended: its retry is a duplicate)
+    gaps.refused("t", 0, batch(1), ErrorCode.invalid_record)  # (never retried)
+    gaps.refused("t", 0, batch(1, producer_id=-1, epoch=-1), ErrorCode.not_enough_replicas)  # (no sequences)
+    gaps.refused("t", 0, b"\x00" * 10, ErrorCode.not_enough_replicas)  # (no whole header: validation answers it)
+    assert gaps.beyond("t", 0, batch(2)) is None
+
+
+def test_sequences_wrap() -> None:
+    gaps = ProduceGaps()
+    gaps.refused("t", 0, batch(2**31 - 1), ErrorCode.not_enough_replicas)
+    assert gaps.beyond("t", 0, batch(0)) is not None
+    assert gaps.beyond("t", 0, batch(2**31 - 2)) is None
+
+
+# ---------------------------------------------------------------------------------- on a real connection
+
+
+class _RefusedWalWrite:
+    """``os`` for fileio, except that once :attr:`armed`, the first write to a WAL segment raises ENOSPC."""
+
+    def __init__(self) -> None:
+        self.armed = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(os, name)
+
+    def write(self, fd: int, data: Any) -> int:
+        if self.armed and WAL_SEGMENT.search(os.readlink(f"/proc/self/fd/{fd}")):
+            self.armed = False
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return os.write(fd, data)
+
+
+def _produce(correlation_id: int, records: bytes) -> bytes:
+    request = produce_v9.ProduceRequest(acks=1, timeout=datetime.timedelta(seconds=30), topic_data=(
+        produce_v9.TopicProduceData(name=TOPIC, partition_data=(
+            produce_v9.PartitionProduceData(index=0, records=records),)),))
+    return encode_request(0, 9, correlation_id, "gaps-test", request)
+
+
+async def _answer(reader: asyncio.StreamReader) -> tuple[int, int, int]:
+    """(correlation id, error code, base offset) of a Produce v9 answer for one partition of :data:`TOPIC`."""
+    size = struct.unpack(">i", await asyncio.wait_for(reader.readexactly(4), BOUND_S))[0]
+    body = await asyncio.wait_for(reader.readexactly(size), BOUND_S)
+    at = body.index(TOPIC.encode()) + len(TOPIC) + 1  # (v9 is flexible: the partitions' compact array length)
+    index, error, base = struct.unpack(">ihq", body[at:at + 14])
+    assert index == 0
+    return struct.unpack(">i", body[:4])[0], error, base
+
+
+async def test_a_pipelined_batch_after_one_the_disk_refused_is_refused_alike_then_both_appended_once(
+        tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    hook = _RefusedWalWrite()
+    monkeypatch.setattr(fileio, "os", hook)
+    async with Gateway(Config(data_dir=tmp_path / "data", kafka_port=0, http_port=0)) as gateway:
+        engine, storage = gateway._engine, gateway._storage
+        assert engine is not None
+        await storage.call(engine.create_kafka_topic, TOPIC, 1, {})
+        reader, writer = await asyncio.open_connection(*gateway.kafka_address)
+        try:
+            writer.write(_produce(1, batch(0)))
+            assert await _answer(reader) == (1, ErrorCode.none, 0)
+            hook.armed = True
+            writer.write(_produce(2, batch(1)) + _produce(3, batch(2)))  # pipelined: the second comes before any answer
+            assert await _answer(reader) == (2, ErrorCode.kafka_storage_error, -1)
+            assert not hook.armed  # (the disk refused the first one's write, and only that one)
+            assert await _answer(reader) == (3, ErrorCode.kafka_storage_error, -1)  # not OUT_OF_ORDER_SEQUENCE_NUMBER
+            writer.write(_produce(4, batch(1)) + _produce(5, batch(2)))  # the client's retries, in order
+            assert [await _answer(reader) for _ in range(2)] == [(4, ErrorCode.none, 1), (5, ErrorCode.none, 2)]
+            writer.write(_produce(6, batch(0, producer_id=PRODUCER + 1)))  # (another producer: no gap of its own)
+            assert await _answer(reader) == (6, ErrorCode.none, 3)
+        finally:
+            writer.close()
+        values = await storage.call(lambda: [engine.partitions.read(TOPIC, 0, 0, 1 << 20, must_one=True,
+                                                                    read_committed=False)])
+    assert len(values[0].batches) == 4
