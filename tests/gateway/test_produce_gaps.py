@@ -22,7 +22,7 @@ import pytest
 from kio.schema.produce.v9 import request as produce_v9
 
 from walgate.gateway.config import Config
-from walgate.gateway.kafka.produce_gaps import Gap, ProduceGaps
+from walgate.gateway.kafka.produce_gaps import IN_FLIGHT_AFTER, Gap, ProduceGaps
 from walgate.gateway.server import Gateway
 from walgate.storage import fileio
 from walgate.wire import encode_batch
@@ -65,6 +65,18 @@ def test_a_gap_is_the_earliest_refused_batch_and_ends_with_another_producer_or_e
     gaps.refused("t", 0, batch(3), ErrorCode.not_enough_replicas)
     assert gaps.beyond("t", 0, batch(4, producer_id=PRODUCER + 1)) is None
     assert gaps.beyond("t", 0, batch(4)) is None
+
+
+def test_a_gap_holds_back_only_the_batches_a_client_can_have_in_flight_after_the_refused_one() -> None:
+    """Five requests in flight at most: a sixth batch beyond the gap means the client gave the refused one up; it is
+    checked as usual (the sequence check answers it, as Kafka's would), the gap forgotten."""
+    gaps = ProduceGaps()
+    gaps.refused("t", 0, batch(10), ErrorCode.not_enough_replicas)
+    for seq in range(11, 11 + IN_FLIGHT_AFTER):
+        assert gaps.beyond("t", 0, batch(seq)) is not None
+        gaps.refused("t", 0, batch(seq), ErrorCode.not_enough_replicas)  # (its refusal keeps the gap as it is)
+    assert gaps.beyond("t", 0, batch(11)) is None
+    assert gaps.beyond("t", 0, batch(12)) is None
 
 
 def test_only_refusals_before_the_append_of_an_idempotent_producer_leave_a_gap() -> None:

@@ -17,9 +17,12 @@ state: the client sends it again after the refused one, in order.
 Invariants: a gap is ``(producer id, epoch, first sequence, error)`` per partition, noted when that partition of a
 request is refused with an error in :data:`GAP_ERRORS` (the refusals made before any append: nothing of the batch is
 in the log, and the client retries it); it ends when that producer's batch at the gap's sequence comes again (then
-checked as usual: it may leave the gap again), or a batch of another producer id or epoch comes; a batch after the
-gap's sequence (within half the sequence space, wrapping at 2^31) is refused with the gap's error; one before it
-(a retry of an earlier batch) is checked as usual. Connection state only: one object per connection, used by its
+checked as usual: it may leave the gap again), or a batch of another producer id or epoch comes, or once
+:data:`IN_FLIGHT_AFTER` batches after it were refused (an idempotent producer keeps at most five requests in flight
+on a connection, Kafka's ``max.in.flight.requests.per.connection`` bound: more came after it only if the client gave
+the refused batch up, and then the sequence check answers what follows, as Kafka's would); a batch after the gap's
+sequence (within half the sequence space, wrapping at 2^31) is refused with the gap's error; one before it (a retry
+of an earlier batch) is checked as usual. Connection state only: one object per connection, used by its
 requests in the order they came (the event loop).
 """
 
@@ -36,6 +39,10 @@ __all__ = ["GAP_ERRORS", "Gap", "ProduceGaps"]
 GAP_ERRORS: Final = frozenset({ErrorCode.not_enough_replicas, ErrorCode.not_leader_or_follower,
                                ErrorCode.kafka_storage_error})
 """The refusals of a partition's batches made before their append that clients retry in order."""
+
+IN_FLIGHT_AFTER: Final = 4
+"""How many of a producer's batches of a partition can follow a refused one on its connection before the client
+learns of the refusal: Kafka's five requests in flight for an idempotent producer, less the refused one."""
 
 _SEQUENCE_WRAP: Final = 2**31
 
@@ -65,22 +72,28 @@ class ProduceGaps:
 
     def __init__(self) -> None:
         self._gaps: dict[tuple[str, int], Gap] = {}
+        self._after: dict[tuple[str, int], int] = {}  # batches refused beyond each gap
 
     def beyond(self, topic: str, partition: int, records: bytes) -> Gap | None:
         """The gap that partition ``records`` (its produced batches) lie beyond, to be refused with its error without
         their append; None when they may be checked as usual (the gap, when they close it or are another producer's
         or epoch's, forgotten)."""
-        gap = self._gaps.get((topic, partition))
+        key = (topic, partition)
+        gap = self._gaps.get(key)
         if gap is None:
             return None
         first = _first_batch(records)
         if first is None:
             return None
         producer_id, epoch, seq = first
-        if producer_id != gap.producer_id or epoch != gap.epoch or seq == gap.first_seq:
-            del self._gaps[(topic, partition)]
+        if (producer_id != gap.producer_id or epoch != gap.epoch or seq == gap.first_seq
+                or self._after[key] == IN_FLIGHT_AFTER):
+            del self._gaps[key], self._after[key]
             return None
-        return gap if _after(seq, gap.first_seq) else None
+        if not _after(seq, gap.first_seq):
+            return None
+        self._after[key] += 1
+        return gap
 
     def refused(self, topic: str, partition: int, records: bytes, error: int) -> None:
         """Partition ``records`` were answered ``error`` by the request that brought them: a gap when it is one of
@@ -94,6 +107,7 @@ class ProduceGaps:
         gap = self._gaps.get((topic, partition))
         if gap is None or (producer_id, epoch) != (gap.producer_id, gap.epoch) or _after(gap.first_seq, seq):
             self._gaps[(topic, partition)] = Gap(producer_id, epoch, seq, ErrorCode(error))
+            self._after[(topic, partition)] = 0
 
 
 def _after(seq: int, other: int) -> bool:
