@@ -26,9 +26,9 @@ meanwhile (it would wait that long anyway); once those older calls ended no late
 starved. A background step (``call_on(..., background=True)``: the log cleaner's) never passes an exclusive call:
 it starts only when none is pending before it, so every exclusive call submitted while it runs waits for it and lets
 later keyed calls on other vnodes pass meanwhile; a slow step (a slow disk) thus delays no other vnode's calls,
-which a passer's could (an exclusive call it passed waits for it, and everything after waits for that call). A keyed call whose keys no longer cover what it must touch (the catalog moved since they were computed)
-raises :class:`~walgate.storage.lanes.Relane` before changing anything and runs again, exclusive, at the end of the
-queue.
+which a passer's could (an exclusive call it passed waits for it, and everything after waits for that call). A
+keyed call whose keys no longer cover what it must touch (the catalog moved since they were computed) raises
+:class:`~walgate.storage.lanes.Relane` before changing anything and runs again, exclusive, at the end of the queue.
 
 The node runs two lanes: ``walgate-storage`` (catalog, vnodes, topics; exclusive calls on ``walgate-storage``, keyed
 ones on ``walgate-storage-vnode`` threads) and ``walgate-coordinator`` (the group and transaction coordinators and

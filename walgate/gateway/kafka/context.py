@@ -1,10 +1,11 @@
 """Who sent the request being served, and what it is: the :class:`RequestContext` every Kafka handler is given.
 
 The connection loop (:mod:`walgate.gateway.kafka.server`) builds one per request from its connection (client address,
-the listener it came through, the principal it has authenticated as, its SASL state) and the request's header, and
-passes it to the handler, which passes it on to what needs it (the ACL checks of :mod:`.access`, client quotas, the
-audit log, the address Metadata names this node by, the connection's sequence gaps Produce keeps). It is immutable: a request is served as the principal its
-connection had when the request arrived; a SaslAuthenticate changes the principal of the requests after it.
+the listener it came through, the principal it has authenticated as, its SASL state, its Produce sequence gaps) and
+the request's header, and passes it to the handler, which passes it on to what needs it (the ACL checks of
+:mod:`.access`, client quotas, the audit log, the address Metadata names this node by). It is immutable: a request is
+served as the principal its connection had when the request arrived; a SaslAuthenticate changes the principal of the
+requests after it.
 """
 
 from __future__ import annotations

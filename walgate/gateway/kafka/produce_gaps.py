@@ -9,8 +9,9 @@ the one before. So here a client's pipelined batches of a partition can meet the
 having appended ``s`` and ``s + 1`` once the answer before them was given. librdkafka takes that
 OUT_OF_ORDER_SEQUENCE_NUMBER of a batch after a failed one as a sequence desynchronization it recovers from by bumping
 its producer epoch (KIP-360) for every partition, and sends every batch not acknowledged yet again under new sequence
-numbers: one an old leader had appended and its follower copied, whose answer the leader's death lost, was then
-stored twice (CI, 2026-12-02: ``value 212 at offsets [106, 107]``). So a batch beyond a gap this connection left
+numbers: one an old leader had appended and its follower copied, whose answer the leader's death lost, is then
+stored twice (what CI's duplicate of 2026-12-02 fits, ``value 212 at offsets [106, 107]`` written while the
+partition's ISR was below ``min.insync.replicas``; not reproduced here in 22 runs of its test). So a batch beyond a gap this connection left
 gets the refusal that left it, without its append, as Kafka's broker would have refused it had it met the same
 state: the client sends it again after the refused one, in order.
 
