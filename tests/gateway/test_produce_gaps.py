@@ -4,8 +4,10 @@ its append, and the batches of that producer and partition pipelined after it on
 The rule's own cases first; then a real gateway and one connection: the WAL's next write refused once (ENOSPC, on a
 hook of ``walgate.storage.fileio.os``, as the fault tests do), two pipelined requests of sequences 1 and 2 (the disk
 well again when the second is checked). The second must be refused as the first was, never OUT_OF_ORDER_SEQUENCE_
-NUMBER, which makes librdkafka bump its epoch and send its unacknowledged batches again under new numbers (the
-duplicate of CI, 2026-12-02); sent again in order, both are appended once.
+NUMBER, which makes librdkafka bump its epoch and send its unacknowledged batches again under new numbers (what CI's
+duplicate of 2026-12-02 fits); sent again in order, both are appended once. Last, librdkafka itself (confluent-kafka,
+idempotent, five requests in flight) meeting such a refusal: it retries in order and never bumps its epoch (its own
+``eos`` debug log says when it does).
 """
 
 from __future__ import annotations
@@ -13,14 +15,19 @@ from __future__ import annotations
 import asyncio
 import datetime
 import errno
+import logging
 import os
 import re
 import struct
+import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 from kio.schema.produce.v9 import request as produce_v9
 
+from tests.gateway.gateway_helpers import gateway_thread
+from tests.gateway.test_cleaner_lane import consume
 from walgate.gateway.config import Config
 from walgate.gateway.kafka.produce_gaps import IN_FLIGHT_AFTER, Gap, ProduceGaps
 from walgate.gateway.server import Gateway
@@ -99,10 +106,12 @@ def test_sequences_wrap() -> None:
 
 
 class _RefusedWalWrite:
-    """``os`` for fileio, except that once :attr:`armed`, the first write to a WAL segment raises ENOSPC."""
+    """``os`` for fileio, except that once :attr:`armed`, the first write to a WAL segment raises ENOSPC (after
+    ``delay`` seconds: a slow disk, while a client sends its next requests)."""
 
-    def __init__(self) -> None:
+    def __init__(self, delay: float = 0.0) -> None:
         self.armed = False
+        self.delay = delay
 
     def __getattr__(self, name: str) -> Any:
         return getattr(os, name)
@@ -110,6 +119,7 @@ class _RefusedWalWrite:
     def write(self, fd: int, data: Any) -> int:
         if self.armed and WAL_SEGMENT.search(os.readlink(f"/proc/self/fd/{fd}")):
             self.armed = False
+            time.sleep(self.delay)
             raise OSError(errno.ENOSPC, "No space left on device")
         return os.write(fd, data)
 
@@ -157,3 +167,45 @@ async def test_a_pipelined_batch_after_one_the_disk_refused_is_refused_alike_the
         values = await storage.call(lambda: [engine.partitions.read(TOPIC, 0, 0, 1 << 20, must_one=True,
                                                                     read_committed=False)])
     assert len(values[0].batches) == 4
+
+
+class _Lines(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+def test_librdkafka_retries_in_order_after_a_refused_write_and_never_bumps_its_epoch(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    hook = _RefusedWalWrite(delay=0.5)
+    monkeypatch.setattr(fileio, "os", hook)
+    lines = _Lines()
+    logger = logging.getLogger("test-produce-gaps-librdkafka")
+    logger.addHandler(lines)
+    logger.setLevel(logging.DEBUG)
+    try:
+        with gateway_thread(tmp_path / "data") as gateway:
+            bootstrap = f"127.0.0.1:{gateway.kafka_address[1]}"
+            admin = AdminClient({"bootstrap.servers": bootstrap})
+            for future in admin.create_topics([NewTopic(TOPIC, 1)]).values():
+                future.result(30)
+            producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
+                                 "linger.ms": 0, "batch.num.messages": 1, "debug": "eos", "logger": logger})
+            producer.produce(TOPIC, b"first", partition=0)
+            assert producer.flush(30) == 0
+            hook.armed = True
+            for i in range(20):  # one record a request, up to five in flight: the first waits 0.5 s, then is refused
+                producer.produce(TOPIC, b"%d" % i, partition=0)
+            assert producer.flush(60) == 0
+            assert not hook.armed  # (the refusal happened)
+            got = [v for _, _, v in consume(bootstrap, TOPIC, 20)]
+    finally:
+        logger.removeHandler(lines)
+    assert got == [b"first"] + [b"%d" % i for i in range(20)]  # each once, in order
+    assert [line for line in lines.lines if "bump" in line] == []
