@@ -38,8 +38,13 @@ _LOG = []  # () -> walgate's log so far, for failure messages
 
 @pytest.fixture(scope="module")
 def broker(walgate):
-    _LOG[:] = [walgate.log]
+    shows_log_of(walgate)
     return walgate
+
+
+def shows_log_of(server) -> None:
+    """The server whose log (its ``log()``) :func:`walgate_log` shows in failure messages from now on."""
+    _LOG[:] = [server.log]
 
 
 def walgate_log() -> str:

@@ -47,7 +47,7 @@ from compat_data import check_dense, check_exactly, records, split_meta
 from compat_procs import COMPAT, Background, Run, run
 from test_consume_retention import TOPIC as RETAINED_TOPIC
 from test_consume_retention import retained  # noqa: F401 (a fixture)
-from test_groups import close, events, group_name, owned, wait_until
+from test_groups import close, events, group_name, owned, shows_log_of, wait_until
 from test_produce import CODECS, N, check_read_back, check_watermarks, expected, kcat_produce, new_topic
 
 SEEK_TS = data.BASE_TS + 2 * 60_000 + 4500  # between rows
@@ -127,8 +127,12 @@ class Driver:
 
 @pytest.fixture(scope="module", params=[*BROKERS, CLUSTER])
 def broker(request: pytest.FixtureRequest) -> Walgate | Tansu:
-    """conftest's ``broker`` and the 3-node cluster (``walgate_cluster``), each started once for the module."""
-    return request.getfixturevalue("walgate_cluster" if request.param == CLUSTER else request.param)
+    """conftest's ``broker`` and the 3-node cluster (``walgate_cluster``), each started once for the module; a
+    group scenario's failure shows its log (a walgate node's: the cluster's first)."""
+    server = request.getfixturevalue("walgate_cluster" if request.param == CLUSTER else request.param)
+    if isinstance(server, Walgate):
+        shows_log_of(server)
+    return server
 
 
 def cluster_scenario(request: pytest.FixtureRequest) -> str:
