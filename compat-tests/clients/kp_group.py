@@ -9,7 +9,8 @@ answers for every partition of the topic (``fetched``), ``summary``, ``closed``.
 (or ``error``): no reset policy, a committed offset out of range is an OffsetOutOfRangeError
 ``error`` event that ends the run (commit, close, exit 0). With ``--commit-every N`` it also commits (synchronously)
 after each poll that brought the records read to a further multiple of N: a ``committed`` event, or one with the
-commit's error in ``errors`` (a rebalance took the partitions meanwhile) and the member goes on.
+commit's error in ``errors`` (a rebalance took the partitions meanwhile) and the member goes on. A retriable error
+poll raises (kafka-python 3's KafkaConnectionError while a node is down) is a ``retried`` event, and it goes on.
 Works on kafka-python 2.0.2 and 3.x.
 """
 
@@ -92,6 +93,9 @@ def main() -> None:
             try:
                 batch = consumer.poll(timeout_ms=200)
             except KafkaError as exc:  # e.g. OffsetOutOfRangeError with --reset none: ends the run
+                if exc.retriable:  # (kafka-python 3 raises KafkaConnectionError from poll while a node is down)
+                    emit("retried", name=type(exc).__name__, message=str(exc))
+                    continue
                 emit("error", name=type(exc).__name__, message=str(exc))
                 break
             done = False
