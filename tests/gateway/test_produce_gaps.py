@@ -24,6 +24,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from kio.schema.produce.v9 import request as produce_v9
 
 from tests.gateway.gateway_helpers import gateway_thread
@@ -32,7 +34,7 @@ from walgate.gateway.config import Config
 from walgate.gateway.kafka.produce_gaps import IN_FLIGHT_AFTER, Gap, ProduceGaps
 from walgate.gateway.server import Gateway
 from walgate.storage import fileio
-from walgate.wire import encode_batch
+from walgate.wire import batch_header, encode_batch
 from walgate.wire.errors import ErrorCode
 from walgate.wire.protocol import encode_request
 
@@ -100,6 +102,26 @@ def test_sequences_wrap() -> None:
     gaps.refused("t", 0, batch(2**31 - 1), ErrorCode.not_enough_replicas)
     assert gaps.beyond("t", 0, batch(0)) is not None
     assert gaps.beyond("t", 0, batch(2**31 - 2)) is None
+
+
+_HEADER_BYTES = st.one_of(st.binary(max_size=80), st.builds(lambda seq, junk: batch(seq) + junk,
+                                                            st.integers(0, 2**31 - 1), st.binary(max_size=8)))
+
+
+@settings(max_examples=300, derandomize=True, deadline=None)
+@given(steps=st.lists(st.tuples(_HEADER_BYTES, st.sampled_from(list(ErrorCode)[:60])), max_size=12))
+def test_any_records_and_answers_never_raise_and_a_gap_refuses_only_what_follows_it(
+        steps: list[tuple[bytes, ErrorCode]]) -> None:
+    """Fuzz (seeded): whatever bytes a client sends as a partition's records and whatever each is answered, the rule
+    never raises, and a batch it refuses is an idempotent producer's, after the gap's sequence."""
+    gaps = ProduceGaps()
+    for records, error in steps:
+        gap = gaps.beyond("t", 0, records)
+        if gap is not None:
+            info = batch_header(records)
+            assert (info.producer_id, info.producer_epoch) == (gap.producer_id, gap.epoch)
+            assert 0 < (info.base_sequence - gap.first_seq) % 2**31 < 2**30
+        gaps.refused("t", 0, records, error)
 
 
 # ---------------------------------------------------------------------------------- on a real connection

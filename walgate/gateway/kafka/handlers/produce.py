@@ -38,8 +38,8 @@
   NOT_LEADER_OR_FOLLOWER, KAFKA_STORAGE_ERROR) leaves a gap on its connection: the batches of that producer and
   partition after it on the connection get the same refusal, without their append, until it comes again
   (:mod:`walgate.gateway.kafka.produce_gaps`). Rows produced with ``acks=all`` to a TDengine topic over a
-  replicated database (``REPLICA n``: each vnode its rows land in led here, else NOT_LEADER_OR_FOLLOWER) are refused before their append while a vnode's ISR is below
-  ``min.insync.replicas`` (NOT_ENOUGH_REPLICAS) and answered once the high watermark of every vnode the topic's
+  replicated database (``REPLICA n``: each vnode its rows land in led here, else NOT_LEADER_OR_FOLLOWER) are refused
+  before their append while a vnode's ISR is below ``min.insync.replicas`` (NOT_ENOUGH_REPLICAS) and answered once the high watermark of every vnode the topic's
   partitions of the request appended to passes those appends, in the leader epoch they were appended in
   (:mod:`walgate.storage.led_appends`; one vnode's error answers each of them); with ``acks=1`` at the append.
 * Client quotas (:mod:`walgate.gateway.quotas`): the request's record bytes count against its
