@@ -39,9 +39,10 @@
   partition after it on the connection get the same refusal, without their append, until it comes again
   (:mod:`walgate.gateway.kafka.produce_gaps`). Rows produced with ``acks=all`` to a TDengine topic over a
   replicated database (``REPLICA n``: each vnode its rows land in led here, else NOT_LEADER_OR_FOLLOWER) are refused
-  before their append while a vnode's ISR is below ``min.insync.replicas`` (NOT_ENOUGH_REPLICAS) and answered once the high watermark of every vnode the topic's
-  partitions of the request appended to passes those appends, in the leader epoch they were appended in
-  (:mod:`walgate.storage.led_appends`; one vnode's error answers each of them); with ``acks=1`` at the append.
+  before their append while a vnode's ISR is below ``min.insync.replicas`` (NOT_ENOUGH_REPLICAS) and answered once
+  the high watermark of every vnode the topic's partitions of the request appended to passes those appends, in the
+  leader epoch they were appended in (:mod:`walgate.storage.led_appends`; one vnode's error answers each of them);
+  with ``acks=1`` at the append.
 * Client quotas (:mod:`walgate.gateway.quotas`): the request's record bytes count against its
   ``producer_byte_rate``; over it, the answer carries ``throttle_time_ms`` (with ``acks=0``, which gets no answer,
   the server mutes the connection that long instead).
