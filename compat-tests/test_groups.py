@@ -183,8 +183,8 @@ def test_kp_subscribe_reads_all_and_committed(power, pyclient):
 
 def test_kp_two_members_range_split(power, background):
     a, b = two_members_split(power, background, "kp_group.py", group_name("kp2"))
-    # range assignor; waited for: in one CI run (machine loaded) member a began another rebalance within the 0.5 s
-    # after the split, its last event a revocation
+    # range assignor; waited for: a rebalance may follow the split (CI runs saw the leader rejoin when the topic's
+    # partitions reached it after its first assignment, which kp_group.py now forestalls: see its topics() call)
     wait_until(lambda: {tuple(owned(a) or ()), tuple(owned(b) or ())} == {(0, 1), (2, 3)}, 30,
                "the range assignor's split", a, b)
     close(a)

@@ -77,6 +77,14 @@ def main() -> None:
             emit("assignment", after="assign", partitions=sorted(tp.partition for tp in assigned))
 
     consumer.subscribe([args.topic], listener=Listener())
+    # kafka-python 3.0.12 drops a finished JoinGroup/SyncGroup whose outcome a timed-out poll() left unread when
+    # need_rejoin() turned false meanwhile (base.py join_group_async loops `while self.need_rejoin()`; Java's
+    # loop also runs while a join is pending): the member stays REBALANCING with its heartbeat off, polls
+    # nothing and is expired. need_rejoin() turns false that way when a leader rejoins because the topic's
+    # partitions reached it after its first assignment (its metadata snapshot is built by a metadata update after
+    # subscribe(), which a join answered at once outruns). A metadata refresh here builds that snapshot before the
+    # first join, so the leader has no such rejoin.
+    consumer.topics()
     deadline = time.monotonic() + args.timeout
     count = 0
     code = 0
