@@ -30,6 +30,7 @@ from typing import Any, Self
 
 from kio.schema.errors import ErrorCode
 from kio.schema.index import api_key_map, schema_name_map
+from kio.schema.produce.v9 import request as produce_v9_request
 from kio.serial import entity_reader, entity_writer
 from kio.serial._introspect import (
     EntityField,
@@ -42,8 +43,10 @@ from kio.static.constants import EntityType
 
 from walgate.gateway.config import Config
 from walgate.gateway.server import Gateway
+from walgate.wire.protocol import encode_request
 
-__all__ = ["KafkaConnection", "build", "error_codes", "gateway_thread", "kio_classes", "sql"]
+__all__ = ["KafkaConnection", "build", "error_codes", "gateway_thread", "kio_classes", "produce_v9", "read_frame",
+           "sql"]
 
 STOP_TIMEOUT = 60.0
 
@@ -83,6 +86,21 @@ def sql(gateway: Gateway, statement: str) -> dict[str, Any]:
     request = urllib.request.Request(f"http://{host}:{port}/rest/sql", data=statement.encode())
     with urllib.request.urlopen(request, timeout=30) as response:
         return json.loads(response.read())  # type: ignore[no-any-return]
+
+
+def produce_v9(correlation_id: int, topic: str, records: bytes, client_id: str = "test") -> bytes:
+    """A framed Produce v9 request (acks=1) of ``records`` to partition 0 of ``topic``, for raw-socket tests."""
+    request = produce_v9_request.ProduceRequest(acks=1, timeout=datetime.timedelta(seconds=30), topic_data=(
+        produce_v9_request.TopicProduceData(name=topic, partition_data=(
+            produce_v9_request.PartitionProduceData(index=0, records=records),)),))
+    return encode_request(0, 9, correlation_id, client_id, request)
+
+
+async def read_frame(reader: asyncio.StreamReader, timeout: float) -> tuple[int, bytes]:
+    """The next response frame on ``reader``: (its correlation id, the rest), each read bounded by ``timeout``."""
+    size = struct.unpack(">i", await asyncio.wait_for(reader.readexactly(4), timeout))[0]
+    body = await asyncio.wait_for(reader.readexactly(size), timeout)
+    return struct.unpack(">i", body[:4])[0], body[4:]
 
 
 def kio_classes(api_key: int, version: int) -> tuple[type, type]:

@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kio.schema.produce.v9 import request as produce_v9
 
+from tests.gateway.gateway_helpers import produce_v9, read_frame
 from walgate.gateway.config import Config
 from walgate.gateway.kafka.answer_order import Answered, AnswerQueue, Pending
 from walgate.gateway.kafka.server import KafkaServer
@@ -58,11 +58,8 @@ _BATCH = encode_batch(0, [1_700_000_000_000], [b"k"], [b"v1"], [[]])  # (each re
 
 
 def _produce(correlation_id: int, value: bytes) -> bytes:
-    batch = encode_batch(0, [1_700_000_000_000], [b"k"], [value], [[]])
-    request = produce_v9.ProduceRequest(acks=1, timeout=datetime.timedelta(seconds=30), topic_data=(
-        produce_v9.TopicProduceData(name=TOPIC, partition_data=(
-            produce_v9.PartitionProduceData(index=0, records=batch),)),))
-    return encode_request(0, 9, correlation_id, "pipelined-test", request)
+    return produce_v9(correlation_id, TOPIC, encode_batch(0, [1_700_000_000_000], [b"k"], [value], [[]]),
+                      "pipelined-test")
 
 
 def _metadata(correlation_id: int) -> bytes:
@@ -71,9 +68,7 @@ def _metadata(correlation_id: int) -> bytes:
 
 
 async def _answer(reader: asyncio.StreamReader) -> tuple[int, bytes]:
-    size = struct.unpack(">i", await asyncio.wait_for(reader.readexactly(4), BOUND_S))[0]
-    body = await asyncio.wait_for(reader.readexactly(size), BOUND_S)
-    return struct.unpack(">i", body[:4])[0], body[4:]
+    return await read_frame(reader, BOUND_S)
 
 
 @dataclass

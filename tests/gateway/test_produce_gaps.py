@@ -13,7 +13,6 @@ idempotent, five requests in flight) meeting such a refusal: it retries in order
 from __future__ import annotations
 
 import asyncio
-import datetime
 import errno
 import logging
 import os
@@ -26,9 +25,8 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from kio.schema.produce.v9 import request as produce_v9
 
-from tests.gateway.gateway_helpers import gateway_thread
+from tests.gateway.gateway_helpers import gateway_thread, produce_v9, read_frame
 from tests.gateway.test_cleaner_lane import consume
 from walgate.gateway.config import Config
 from walgate.gateway.kafka.produce_gaps import IN_FLIGHT_AFTER, Gap, ProduceGaps
@@ -36,7 +34,6 @@ from walgate.gateway.server import Gateway
 from walgate.storage import fileio
 from walgate.wire import batch_header, encode_batch
 from walgate.wire.errors import ErrorCode
-from walgate.wire.protocol import encode_request
 
 TOPIC = "gaps"
 PRODUCER, EPOCH = 4242, 0
@@ -147,20 +144,16 @@ class _RefusedWalWrite:
 
 
 def _produce(correlation_id: int, records: bytes) -> bytes:
-    request = produce_v9.ProduceRequest(acks=1, timeout=datetime.timedelta(seconds=30), topic_data=(
-        produce_v9.TopicProduceData(name=TOPIC, partition_data=(
-            produce_v9.PartitionProduceData(index=0, records=records),)),))
-    return encode_request(0, 9, correlation_id, "gaps-test", request)
+    return produce_v9(correlation_id, TOPIC, records, "gaps-test")
 
 
 async def _answer(reader: asyncio.StreamReader) -> tuple[int, int, int]:
     """(correlation id, error code, base offset) of a Produce v9 answer for one partition of :data:`TOPIC`."""
-    size = struct.unpack(">i", await asyncio.wait_for(reader.readexactly(4), BOUND_S))[0]
-    body = await asyncio.wait_for(reader.readexactly(size), BOUND_S)
+    correlation_id, body = await read_frame(reader, BOUND_S)
     at = body.index(TOPIC.encode()) + len(TOPIC) + 1  # (v9 is flexible: the partitions' compact array length)
     index, error, base = struct.unpack(">ihq", body[at:at + 14])
     assert index == 0
-    return struct.unpack(">i", body[:4])[0], error, base
+    return correlation_id, error, base
 
 
 async def test_a_pipelined_batch_after_one_the_disk_refused_is_refused_alike_then_both_appended_once(
