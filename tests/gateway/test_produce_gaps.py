@@ -19,6 +19,7 @@ import os
 import re
 import struct
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -29,11 +30,17 @@ from hypothesis import strategies as st
 from tests.gateway.gateway_helpers import gateway_thread, produce_v9, read_frame
 from tests.gateway.test_cleaner_lane import consume
 from walgate.gateway.config import Config
+from walgate.gateway.kafka.handlers.produce import _beyond_gaps
 from walgate.gateway.kafka.produce_gaps import IN_FLIGHT_AFTER, Gap, ProduceGaps
 from walgate.gateway.server import Gateway
 from walgate.storage import fileio
 from walgate.wire import batch_header, encode_batch
 from walgate.wire.errors import ErrorCode
+from walgate.wire.messages import (
+    ProduceRequest,
+    ProduceRequestPartitionProduceData,
+    ProduceRequestTopicProduceData,
+)
 
 TOPIC = "gaps"
 PRODUCER, EPOCH = 4242, 0
@@ -92,6 +99,22 @@ def test_only_refusals_before_the_append_of_an_idempotent_producer_leave_a_gap()
     gaps.refused("t", 0, batch(1, producer_id=-1, epoch=-1), ErrorCode.not_enough_replicas)  # (no sequences)
     gaps.refused("t", 0, b"\x00" * 10, ErrorCode.not_enough_replicas)  # (no whole header: validation answers it)
     assert gaps.beyond("t", 0, batch(2)) is None
+
+
+def test_the_answers_beyond_a_gap_name_the_leader_its_refusal_named() -> None:
+    """KIP-951: a batch beyond a NOT_LEADER_OR_FOLLOWER gap is answered with the current leader the refusal named, so
+    the client goes to it without a Metadata round trip."""
+    gaps = ProduceGaps()
+    gaps.refused("t", 0, batch(5), ErrorCode.not_leader_or_follower, (2, 7))
+    assert gaps.beyond("t", 0, batch(6)) == Gap(PRODUCER, EPOCH, 5, ErrorCode.not_leader_or_follower, (2, 7))
+    request = ProduceRequest(acks=-1, topic_data=(ProduceRequestTopicProduceData(name="t", partition_data=(
+        ProduceRequestPartitionProduceData(index=0, records=batch(7)),)),))
+    [answer] = _beyond_gaps(gaps, request, {}).values()
+    assert (answer["error_code"], answer.get("current_leader")) == (
+        ErrorCode.not_leader_or_follower, {"leader_id": 2, "leader_epoch": 7})
+    gaps.refused("u", 0, batch(5), ErrorCode.not_enough_replicas)
+    [answer] = _beyond_gaps(gaps, replace(request, topic_data=(replace(request.topic_data[0], name="u"),)), {}).values()
+    assert answer["error_code"] == ErrorCode.not_enough_replicas and "current_leader" not in answer
 
 
 def test_sequences_wrap() -> None:

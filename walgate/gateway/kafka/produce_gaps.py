@@ -50,12 +50,15 @@ _SEQUENCE_WRAP: Final = 2**31
 
 @dataclass(frozen=True, slots=True)
 class Gap:
-    """A batch of ``producer_id`` at ``epoch`` from sequence ``first_seq`` refused with ``error`` before its append."""
+    """A batch of ``producer_id`` at ``epoch`` from sequence ``first_seq`` refused with ``error`` before its append;
+    ``current_leader``: the (leader id, leader epoch) that refusal named (KIP-951), which the answers beyond it name
+    too."""
 
     producer_id: int
     epoch: int
     first_seq: int
     error: ErrorCode
+    current_leader: tuple[int, int] | None = None
 
 
 def _first_batch(records: bytes) -> tuple[int, int, int] | None:
@@ -96,9 +99,11 @@ class ProduceGaps:
         self._after[key] += 1
         return gap
 
-    def refused(self, topic: str, partition: int, records: bytes, error: int) -> None:
-        """Partition ``records`` were answered ``error`` by the request that brought them: a gap when it is one of
-        :data:`GAP_ERRORS` and they are an idempotent producer's (the earliest such batch of the partition kept)."""
+    def refused(self, topic: str, partition: int, records: bytes, error: int,
+                current_leader: tuple[int, int] | None = None) -> None:
+        """Partition ``records`` were answered ``error`` (naming ``current_leader``, KIP-951) by the request that
+        brought them: a gap when it is one of :data:`GAP_ERRORS` and they are an idempotent producer's (the earliest
+        such batch of the partition kept)."""
         if error not in GAP_ERRORS:
             return
         first = _first_batch(records)
@@ -107,7 +112,7 @@ class ProduceGaps:
         producer_id, epoch, seq = first
         gap = self._gaps.get((topic, partition))
         if gap is None or (producer_id, epoch) != (gap.producer_id, gap.epoch) or _after(gap.first_seq, seq):
-            self._gaps[(topic, partition)] = Gap(producer_id, epoch, seq, ErrorCode(error))
+            self._gaps[(topic, partition)] = Gap(producer_id, epoch, seq, ErrorCode(error), current_leader)
             self._after[(topic, partition)] = 0
 
 

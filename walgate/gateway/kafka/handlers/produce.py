@@ -169,14 +169,18 @@ async def handle(broker: Broker, ctx: RequestContext, request: ProduceRequest
     if gaps is not None:
         for t in request.topic_data:
             for p in t.partition_data:
-                gaps.refused(t.name, p.index, p.records or b"", answers[(t.name, p.index)]["error_code"])
+                answer = answers[(t.name, p.index)]
+                leader = answer.get("current_leader")
+                gaps.refused(t.name, p.index, p.records or b"", answer["error_code"],
+                             None if leader is None else (leader["leader_id"], leader["leader_epoch"]))
     return Deferred(_answered(broker, ctx, request, others, answers, needs, waits))
 
 
 def _beyond_gaps(gaps: ProduceGaps, request: ProduceRequest, refused: dict[tuple[str, int], PartitionAnswer]
                  ) -> dict[tuple[str, int], PartitionAnswer]:
     """The answers of the request's partitions whose batches lie beyond a sequence gap the connection left
-    (:mod:`walgate.gateway.kafka.produce_gaps`): the gap's error, nothing appended."""
+    (:mod:`walgate.gateway.kafka.produce_gaps`): the gap's error and the current leader it named, nothing
+    appended."""
     answers = {}
     for t in request.topic_data:
         for p in t.partition_data:
@@ -188,6 +192,9 @@ def _beyond_gaps(gaps: ProduceGaps, request: ProduceRequest, refused: dict[tuple
                     p.index, gap.error, f"these batches follow sequence {gap.first_seq} of producer {gap.producer_id}, "
                     f"which this connection's earlier request was refused before its append "
                     f"({gap.error.name.upper()}): refused alike until that batch comes again")
+                if gap.current_leader is not None:
+                    leader_id, leader_epoch = gap.current_leader
+                    answers[(t.name, p.index)]["current_leader"] = {"leader_id": leader_id, "leader_epoch": leader_epoch}
     return answers
 
 
