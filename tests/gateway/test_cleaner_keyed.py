@@ -76,9 +76,13 @@ def test_a_produce_to_another_partition_completes_while_a_cleaner_step_is_held(t
             other.produce("other", b"before", partition=0)  # (its connection and metadata, before the hold)
             assert other.flush(30) == 0
             held.armed = True
-            for i in range(12):  # k0..k2 four times each, one batch a segment (segment.ms=1); not flushed one by
-                producer.produce("c", b"v%d" % i, key=b"k%d" % (i % 3), partition=0)  # one: a held step holds c
-                producer.poll(0)
+            for i in range(12):  # k0..k2 four times each, one batch a segment (segment.ms=1): each delivered before
+                # the next is sent (12 records sent at once may make one batch, in the active segment, never
+                # cleaned: CI of 9bb58ad), until a cleaner step holds c: a produce to c then waits for it
+                producer.produce("c", b"v%d" % i, key=b"k%d" % (i % 3), partition=0)
+                deadline = time.monotonic() + 30
+                while producer.flush(0.1) and not held.reached.is_set() and time.monotonic() < deadline:
+                    pass
                 time.sleep(0.01)
             assert held.reached.wait(60), "the cleaner never wrote a rewritten segment"
             for i in range(3):  # while the cleaner's step is held on the storage lane
