@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from tests.gateway.gateway_helpers import read_frame
 from walgate.gateway.config import Config
 from walgate.gateway.kafka import handlers
 from walgate.gateway.server import Gateway
@@ -45,6 +46,5 @@ async def test_a_handler_that_raises_closes_the_connection_after_one_error_line(
         assert "api key 3 v1 (client 'test') failed: RuntimeError: boom" in message
         reader, writer = await asyncio.open_connection(host, port)  # the server goes on
         writer.write(struct.pack(">i", 14) + struct.pack(">hhih", 18, 0, 12, 4) + b"test")
-        size = struct.unpack(">i", await asyncio.wait_for(reader.readexactly(4), 10))[0]
-        assert struct.unpack(">i", (await reader.readexactly(size))[:4])[0] == 12
+        assert (await read_frame(reader, 10))[0] == 12
         writer.close()

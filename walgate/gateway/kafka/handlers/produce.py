@@ -188,13 +188,12 @@ def _beyond_gaps(gaps: ProduceGaps, request: ProduceRequest, refused: dict[tuple
                 continue
             gap = gaps.beyond(t.name, p.index, p.records or b"")
             if gap is not None:
-                answers[(t.name, p.index)] = _answer(
+                answer = answers[(t.name, p.index)] = _answer(
                     p.index, gap.error, f"these batches follow sequence {gap.first_seq} of producer {gap.producer_id}, "
                     f"which this connection's earlier request was refused before its append "
                     f"({gap.error.name.upper()}): refused alike until that batch comes again")
                 if gap.current_leader is not None:
-                    leader_id, leader_epoch = gap.current_leader
-                    answers[(t.name, p.index)]["current_leader"] = {"leader_id": leader_id, "leader_epoch": leader_epoch}
+                    answer["current_leader"] = {"leader_id": gap.current_leader[0], "leader_epoch": gap.current_leader[1]}
     return answers
 
 
