@@ -669,6 +669,30 @@ async def test_an_isr_change_the_control_plane_could_not_take_is_proposed_again(
         await until(lambda: _is(leader.visible_version == leader.next_version), "the HW passes without node 3")
 
 
+async def test_an_isr_round_that_failed_unexpectedly_is_logged_and_the_next_proposes_again(
+        etcd: EtcdCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """A round that raised what no rule expects (a bug) is logged with its traceback, its proposal ends as refused
+    and the proposer goes on: gone, it would leave the ISR as it is for as long as node 1 leads."""
+    async with trio(etcd, tmp_path, monkeypatch) as t:
+        await t.started()
+        await t.insert(1, 0)
+        await t.caught_up(2, 3)
+        manager = t.nodes[1].manager
+        assert manager is not None
+        alter_isr, failed = manager.states.alter_isr, []
+
+        async def fails_once(*args: Any) -> Any:
+            if not failed:
+                failed.append(args)
+                raise RuntimeError("a bug")
+            return await alter_isr(*args)
+        monkeypatch.setattr(manager.states, "alter_isr", fails_once)
+        await t.stop(3)
+        await until(lambda: t.isr_is({1, 2}), "node 3 leaves the ISR in a round after the failed one")
+        assert len(failed) == 1
+        assert [r.exc_info[0] for r in caplog.records if "ISR round failed" in r.message] == [RuntimeError]
+
+
 async def _fenced_once(t: Trio, monkeypatch: pytest.MonkeyPatch) -> tuple[ReplicaManager, list[Any]]:
     """Node 1 leading, a row copied to nodes 2 and 3; its replica manager, whose next ISR change is refused
     STALE_BROKER_EPOCH, as while its registration was gone (its lease lapsed under load), and the list that gets the

@@ -202,6 +202,7 @@ class _Led:
     view: LeaderView
     posted: int
     proposer: asyncio.Task[None] | None = None
+    outage: bool = False  # the control plane did not take its last ISR change (logged once per outage)
 
 
 @dataclass
@@ -646,48 +647,61 @@ class ReplicaManager:
     # ------------------------------------------------------------ ISR changes (KIP-497)
 
     async def _propose(self, pid: PartitionId, led: _Led) -> None:
-        """Every ``lag_max_ms / 2``: the view's ISR proposal written (the module docstring). One the control plane
-        could not take (ControlPlaneUnavailable, ControlPlaneRefused: maybe written, maybe not) ends as refused (the
-        view proposes again next round, from the state it has or the one etcd then reports), logged at WARNING once
-        per outage, as Kafka's ``AlterPartitionManager`` retries."""
-        outage = False
+        """Every ``lag_max_ms / 2`` a round (:meth:`_propose_round`), until one ends this leadership. A round that
+        failed otherwise is a bug, logged with its traceback; it ends as refused and the next round proposes again:
+        a proposer gone would leave the ISR as it is for as long as this node leads (members out of sync never
+        removed, caught-up followers never added)."""
         while True:
             await asyncio.sleep(self.lag_max_ms / 2000)
-            registered, eligible = dict(self.registered()), dict(self.eligible())
-            proposal, known = await self.storage.call_on(frozenset([led.key]), lambda: (
-                led.view.propose(self.clock(), eligible), led.view.state))
-            if proposal is None:
-                continue
             try:
-                outcome = await self.states.alter_isr(known, pid, proposal, registered)
-            except ControlPlaneUnavailable as e:
-                if not outage:
-                    log.warning("vnode %d of database %s: ISR change not written, retried every %.1f s while the "
-                                "control plane is unavailable: %s: %s", led.key[1], led.key[0],
-                                self.lag_max_ms / 2000, type(e).__name__, e)
-                outage = True
-                await self.storage.call_on(frozenset([led.key]), led.view.on_refused)
-                continue
-            if outage:
-                log.info("vnode %d of database %s: the control plane answers ISR changes again", led.key[1],
-                         led.key[0])
-                outage = False
-            if outcome.error in (ErrorCode.fenced_leader_epoch, ErrorCode.stale_broker_epoch):
-                log.warning("vnode %d of database %s: ISR change refused (%s): no longer leading", led.key[1],
-                            led.key[0], outcome.error.name)
-                await self.storage.call_on(frozenset([led.key]), functools.partial(self._freeze, led.key))
-                await self._resign(pid)
-                if outcome.error is ErrorCode.stale_broker_epoch:
-                    task = self._loop.create_task(self._relead(pid), name=f"walgate-relead-{pid.db_id}-{pid.vgroup}")
-                    self._releads.add(task)
-                    task.add_done_callback(self._releads.discard)
-                return
-            log.info("vnode %d of database %s: ISR %s %s", led.key[1], led.key[0],
-                     [m.replica for m in proposal.isr], "written" if outcome.error is None else
-                     f"refused ({outcome.error.name}), state read again")
-            await self.storage.call_on(frozenset([led.key]), functools.partial(self._altered, led, outcome.state,
-                                                                               outcome.error is not None))
-            self._changed(pid)
+                if not await self._propose_round(pid, led):
+                    return
+            except Exception:
+                log.exception("vnode %d of database %s: ISR round failed, proposed again in %.1f s", led.key[1],
+                              led.key[0], self.lag_max_ms / 2000)
+                with contextlib.suppress(StorageError):
+                    await self.storage.call_on(frozenset([led.key]), led.view.on_refused)
+
+    async def _propose_round(self, pid: PartitionId, led: _Led) -> bool:
+        """The view's ISR proposal, if any, written (the module docstring); whether this node still leads. One the
+        control plane could not take (ControlPlaneUnavailable, ControlPlaneRefused: maybe written, maybe not) ends
+        as refused (the view proposes again next round, from the state it has or the one etcd then reports), logged
+        at WARNING once per outage, as Kafka's ``AlterPartitionManager`` retries."""
+        registered, eligible = dict(self.registered()), dict(self.eligible())
+        proposal, known = await self.storage.call_on(frozenset([led.key]), lambda: (
+            led.view.propose(self.clock(), eligible), led.view.state))
+        if proposal is None:
+            return True
+        try:
+            outcome = await self.states.alter_isr(known, pid, proposal, registered)
+        except ControlPlaneUnavailable as e:
+            if not led.outage:
+                log.warning("vnode %d of database %s: ISR change not written, retried every %.1f s while the "
+                            "control plane is unavailable: %s: %s", led.key[1], led.key[0],
+                            self.lag_max_ms / 2000, type(e).__name__, e)
+            led.outage = True
+            await self.storage.call_on(frozenset([led.key]), led.view.on_refused)
+            return True
+        if led.outage:
+            log.info("vnode %d of database %s: the control plane answers ISR changes again", led.key[1], led.key[0])
+            led.outage = False
+        if outcome.error in (ErrorCode.fenced_leader_epoch, ErrorCode.stale_broker_epoch):
+            log.warning("vnode %d of database %s: ISR change refused (%s): no longer leading", led.key[1],
+                        led.key[0], outcome.error.name)
+            await self.storage.call_on(frozenset([led.key]), functools.partial(self._freeze, led.key))
+            await self._resign(pid)
+            if outcome.error is ErrorCode.stale_broker_epoch:
+                task = self._loop.create_task(self._relead(pid), name=f"walgate-relead-{pid.db_id}-{pid.vgroup}")
+                self._releads.add(task)
+                task.add_done_callback(self._releads.discard)
+            return False
+        log.info("vnode %d of database %s: ISR %s %s", led.key[1], led.key[0],
+                 [m.replica for m in proposal.isr], "written" if outcome.error is None else
+                 f"refused ({outcome.error.name}), state read again")
+        await self.storage.call_on(frozenset([led.key]), functools.partial(self._altered, led, outcome.state,
+                                                                           outcome.error is not None))
+        self._changed(pid)
+        return True
 
     async def _relead(self, pid: PartitionId) -> None:
         """After this node stopped leading ``pid`` because its ISR change found it fenced (STALE_BROKER_EPOCH: its
