@@ -14,7 +14,8 @@
 - The generator's command is accepted by docker/generate.py's parser and points at node 1.
 - The whole file runs here: the certs command, then every etcd and walgate command, with each service name
   replaced by a loopback address of its own (so the certificates name those addresses) and the container paths by
-  temporary ones, forms a cluster over TLS; a confluent-kafka client over SASL_SSL (SCRAM, trusting the made CA)
+  temporary ones (a process that exits started again as its service's restart policy says), forms a cluster over
+  TLS; a confluent-kafka client over SASL_SSL (SCRAM, trusting the made CA)
   bootstrapped on the three advertised addresses creates a topic whose partitions are led by the three nodes,
   produces to each and reads it back, and ``SHOW DNODES`` lists them.
 """
@@ -66,6 +67,7 @@ ETCD_SERVICES = ("etcd1", "etcd2", "etcd3")
 NODE_SERVICES = ("walgate1", "walgate2", "walgate3")
 ROOT_PASSWORD = "cluster-r00t"
 START_S = 120.0
+RESTARTS = 3  # the restarts of one service that its restart policy makes before the fixture gives up
 PORTS = (2379, 2380, 9092, 9093, 9094, 6041, 6042, 6043)  # every port the file's services listen on
 CERTS = "/certs"  # where the certs volume is mounted
 
@@ -257,18 +259,33 @@ def compose_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[
     root = tmp_path_factory.mktemp("compose-cluster")
     local, all_services = Localized(root), services()
     procs: list[tuple[str, subprocess.Popen[bytes], Path]] = []
+    started: dict[str, tuple[list[str], dict[str, str] | None]] = {}  # service -> its command and environment
+    restarts = dict.fromkeys(all_services, 0)
 
     def start(name: str, argv: list[str], env: dict[str, str] | None = None) -> None:
         log = root / f"{name}.log"
-        with log.open("wb") as out:
+        started[name] = (argv, env)
+        with log.open("ab") as out:  # (a restart's output after its earlier lives')
             procs.append((name, subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                                  env=env), log))
+
+    def restarted(i: int) -> bool:
+        """Docker's restart policy for the service whose process ``procs[i]`` exited: started again (at most
+        :data:`RESTARTS` times) when the file says ``unless-stopped`` or ``always``: a node whose start found etcd
+        not answering within 5 s (a loaded machine) exits, and its container is restarted so."""
+        name = procs[i][0]
+        if all_services[name].get("restart") not in ("unless-stopped", "always") or restarts[name] >= RESTARTS:
+            return False
+        restarts[name] += 1
+        del procs[i]
+        start(name, *started[name])
+        return True
 
     def wait(urls: list[str], context: ssl.SSLContext | None = None) -> None:
         deadline = time.monotonic() + START_S
         while urls:
-            for name, proc, log in procs:
-                if proc.poll() is not None:
+            for i, (name, proc, log) in reversed(list(enumerate(procs))):
+                if proc.poll() is not None and not restarted(i):
                     pytest.fail(f"{name} exited with {proc.returncode}:\n{log.read_text(errors='replace')[-3000:]}")
             if time.monotonic() > deadline:
                 pytest.fail(f"not ready within {START_S:g} s: {urls}")

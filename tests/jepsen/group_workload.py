@@ -151,7 +151,8 @@ class GroupWorkload:
             wait_until(what, check)
         except pytest.fail.Exception as e:
             raise AssertionError(f"{e}; faults: {self.events}; FindCoordinator names {self.coordinator()};"
-                                 f" {OFFSETS_TOPIC}-0 (leader, ISR): {self.offsets_partition()}") from e
+                                 f" {OFFSETS_TOPIC}-0 (leader, ISR): {self.offsets_partition()}\n"
+                                 f"{self.nodes.account()}") from e
 
     def committed(self) -> dict[int, int] | None:
         """The group's committed offsets as OffsetFetch (v7) asked of its coordinator answers them, partitions with

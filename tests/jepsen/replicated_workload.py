@@ -35,6 +35,7 @@ import json
 import logging
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -86,6 +87,8 @@ CONFLUENT, KAFKA_PYTHON = 100, 101  # the consumers' process numbers in the hist
 STOP_S = 60.0  # the longest wait for a SIGTERMed node to exit: its controlled shutdown's hand-over (at most 10 s) and
 # its close, on a loaded machine
 FINAL = 200  # + node id: the final read through that node
+ACCOUNT_LINES = 40  # of each node's log, in a failure's message (Nodes.account)
+_ACCOUNTED = re.compile(r" (WARNING|ERROR|CRITICAL) | walgate\.(replication|cluster|groups): ")
 
 
 def host_of(node_id: int) -> str:
@@ -248,6 +251,17 @@ class Nodes:
 
     def logs(self) -> list[Path]:
         return sorted(self.workdir.glob("life*/node*/walgate.log"))
+
+    def account(self, lines: int = ACCOUNT_LINES) -> str:
+        """The running nodes' own account of what went on, for a failure's message: the last ``lines`` lines of
+        each one's log that are warnings or errors or tell of replication (ISR changes, leadership, truncation) or
+        of its cluster membership (its lease, the controller)."""
+        told = []
+        for node_id, server in sorted(self.servers.items()):
+            kept = [line for line in server.log().splitlines() if _ACCOUNTED.search(line)]
+            told.append(f"--- node {node_id}'s log ({len(kept)} such lines, the last {lines}) ---\n"
+                        + "\n".join(kept[-lines:]))
+        return "\n".join(told)
 
 
 def three_ready(nodes: Nodes) -> None:

@@ -71,10 +71,6 @@ def cut_off(net: Network, member: str) -> None:
     net.isolate([member], [h for h in ETCD if h != member] + [host_of(i) for i in NODES])
 
 
-LOG_TAIL = 6000
-"""How much of each node's log a failed fault shows."""
-
-
 def checked_run(net: Network, etcd: EtcdCluster, tmp_path: Path, seed: int, fault: Fault) -> None:
     """Nodes 1-3 in ``net`` with database ``r``, a workload of ``seed`` while ``fault(net, nodes, load)`` runs
     (it heals the network; if it fails, it is healed here), then the history checked; the nodes stopped either
@@ -86,8 +82,7 @@ def checked_run(net: Network, etcd: EtcdCluster, tmp_path: Path, seed: int, faul
             try:
                 fault(net, nodes, load)
             except BaseException:  # the nodes' own account of the fault, in the failure's captured output
-                for node_id, server in sorted(nodes.servers.items()):
-                    print(f"--- node {node_id}'s log (last {LOG_TAIL} chars) ---\n{server.log()[-LOG_TAIL:]}")
+                print(nodes.account())
                 raise
             finally:
                 net.heal()
