@@ -125,12 +125,13 @@ class GroupWorkload:
                                            for p in t.partitions) for m in group.members}
         return {m.client_id: frozenset(assigned_partitions(m.member_assignment).get(TOPIC, ())) for m in group.members}
 
-    def offsets_partition(self) -> tuple[int, list[int]] | None:
+    def offsets_partition(self, via: int | None = None) -> tuple[int, list[int]] | None:
         """The leader and ISR (sorted) of the group's ``__consumer_offsets`` partition (0: the cluster's one), as
-        Metadata (v12) asked of a running node that is not paused names them (None: no answer, or no partition)."""
+        Metadata (v12) asked of node ``via`` (default: a running node that is not paused) names them (None: no
+        answer, or no partition)."""
         try:
-            answer = self._ask(self.nodes.answering(), 3, 12, {"topics": [{"name": OFFSETS_TOPIC}],
-                                                                "allow_auto_topic_creation": False})
+            answer = self._ask(self.nodes.answering() if via is None else via, 3, 12, {
+                "topics": [{"name": OFFSETS_TOPIC}], "allow_auto_topic_creation": False})
         except OSError:
             return None
         parts = [p for t in answer.topics for p in t.partitions if p.partition_index == 0]
@@ -150,9 +151,10 @@ class GroupWorkload:
         try:
             wait_until(what, check)
         except pytest.fail.Exception as e:
+            views = {n: self.offsets_partition(n) for n in sorted(self.nodes.servers) if n not in self.nodes.paused}
             raise AssertionError(f"{e}; faults: {self.events}; FindCoordinator names {self.coordinator()};"
-                                 f" {OFFSETS_TOPIC}-0 (leader, ISR): {self.offsets_partition()}\n"
-                                 f"{self.nodes.account()}") from e
+                                 f" {OFFSETS_TOPIC}-0 (leader, ISR) by node: {views}; the partition states etcd"
+                                 f" holds: {self.nodes.states_in_etcd()}\n{self.nodes.account()}") from e
 
     def committed(self) -> dict[int, int] | None:
         """The group's committed offsets as OffsetFetch (v7) asked of its coordinator answers them, partitions with

@@ -64,6 +64,7 @@ from test_serve_cluster_sql import db_id
 from livewalgate import WalgateServer, free_port, running_walgate, walgate_env
 from walgate.cluster.etcd import EtcdSession
 from walgate.cluster.model import Keys
+from walgate.cluster.partition_codec import PartitionId
 from walgate.cluster.partition_states import PartitionStates
 from walgate.replication.partition import PartitionState
 from walgate.storage.lineproto import child_table_name
@@ -251,6 +252,16 @@ class Nodes:
 
     def logs(self) -> list[Path]:
         return sorted(self.workdir.glob("life*/node*/walgate.log"))
+
+    def states_in_etcd(self) -> list[tuple[str, int, int, int, list[int]]] | str:
+        """Every partition state etcd holds now, read directly (not through a node, whose watch may lag): (database
+        id, vgroup, leader, leader epoch, ISR), for a failure's message; why not when etcd did not answer."""
+        try:
+            states = every_partition_state(self.etcd)
+        except Exception as e:  # noqa: BLE001 - a failure's message: the reason stands in for the states
+            return f"not read: {type(e).__name__}: {e}"
+        return [(pid.db_id, pid.vgroup, s.leader, s.leader_epoch, sorted(s.isr_ids)) for pid, s in sorted(
+            states.items(), key=lambda item: (item[0].db_id, item[0].vgroup))]
 
     def account(self, lines: int = ACCOUNT_LINES) -> str:
         """The running nodes' own account of what went on, for a failure's message: the last ``lines`` lines of
@@ -501,18 +512,21 @@ def _post(url: str, body: str) -> tuple[str, str]:
         return "info", type(e).__name__
 
 
-def partition_states(etcd: EtcdCluster, database_id: str) -> dict[int, PartitionState]:
-    """Vgroup -> the partition state etcd holds for it now, of database ``database_id`` (read from etcd, not through
-    a node: no Kafka request)."""
-    async def read() -> dict[int, PartitionState]:
+def every_partition_state(etcd: EtcdCluster) -> dict[PartitionId, PartitionState]:
+    """Every partition state etcd holds now (read from etcd, not through a node, whose watch may lag)."""
+    async def read() -> dict[PartitionId, PartitionState]:
         session = EtcdSession(etcd.endpoints)
         try:
-            states = await PartitionStates(session, KEYS).read_all()
-            return {pid.vgroup: s for pid, s in states.items() if pid.db_id == database_id}
+            return await PartitionStates(session, KEYS).read_all()
         finally:
             await session.close()
 
     return asyncio.run(read())
+
+
+def partition_states(etcd: EtcdCluster, database_id: str) -> dict[int, PartitionState]:
+    """Vgroup -> the partition state etcd holds for it now, of database ``database_id`` (no Kafka request)."""
+    return {pid.vgroup: s for pid, s in every_partition_state(etcd).items() if pid.db_id == database_id}
 
 
 def metric_sum(server: WalgateServer, name: str, **labels: str) -> float:
