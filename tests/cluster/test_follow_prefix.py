@@ -32,6 +32,7 @@ class _Follower:
         self.start = 0
         self.reads = 0
         self.gap_at: bytes | None = None  # an event for this key raises _Gap (once)
+        self.lost: bytes | None = None  # an event for this key is dropped, as if the watch never delivered it (once)
         self.task: asyncio.Task[None] | None = None
 
     async def read(self) -> None:
@@ -44,6 +45,9 @@ class _Follower:
         if event.kv.key == self.gap_at:
             self.gap_at = None
             raise _Gap(f"{event.kv.key!r} shows a gap")
+        if event.kv.key == self.lost:
+            self.lost = None
+            return
         name = event.kv.key.removeprefix(PREFIX)
         if event.kind == "PUT":
             self.values[name] = event.kv.value
@@ -51,10 +55,10 @@ class _Follower:
             self.values.pop(name, None)
         self.start = event.kv.mod_revision + 1
 
-    def follow(self) -> None:
+    def follow(self, reread_s: float | None = None) -> None:
         self.task = asyncio.create_task(follow_prefix(
             self.session, PREFIX, start=lambda: self.start, read=self.read, on_event=self.on_event,
-            what="test", retry_delay=0.1, read_again=(_Gap,)))
+            what="test", retry_delay=0.1, read_again=(_Gap,), reread_s=reread_s))
 
 
 async def _put(session: EtcdSession, name: bytes, value: bytes) -> int:
@@ -89,6 +93,19 @@ async def test_read_first_then_events_and_a_gap_reads_again(etcd1: EtcdCluster) 
         await _put(writer, b"c", b"3")  # raises _Gap when seen: read again, which finds it
         await eventually("read again after the gap", lambda: _holds(follower, {b"b": b"2", b"c": b"3"}))
         assert follower.reads == 2
+
+
+async def test_a_watch_that_ran_reread_s_reads_again_and_takes_a_change_it_never_delivered(
+        etcd1: EtcdCluster) -> None:
+    async with _sessions(etcd1) as (writer, follower):
+        follower.follow(reread_s=1.0)
+        await eventually("read", lambda: _holds(follower, {}))
+        follower.lost = PREFIX + b"a"
+        await _put(writer, b"a", b"1")  # its event dropped: only a read takes it
+        await _put(writer, b"b", b"2")
+        await eventually("the put whose event was lost taken by a read",
+                         lambda: _holds(follower, {b"a": b"1", b"b": b"2"}))
+        assert follower.lost is None and follower.reads >= 2
 
 
 async def test_a_compacted_start_reads_again(etcd1: EtcdCluster) -> None:

@@ -15,6 +15,7 @@ from collections import Counter
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 from cluster_support import KEYS, Node, create_states, eventually, within
@@ -22,7 +23,7 @@ from etcd_cluster import EtcdCluster, etcd_cluster
 from event_process import EventProcess
 
 from tests.replication.reached_states import reached_state
-from walgate.cluster.etcd import tx
+from walgate.cluster.etcd import EtcdSession, tx
 from walgate.cluster.model import ControlPlaneUnavailable, NotController
 from walgate.cluster.partition_codec import (
     MAX_STATES_PER_TXN,
@@ -190,6 +191,39 @@ async def test_a_leader_s_registration_ending_elects_a_new_leader_from_the_isr(e
     finally:
         for n in nodes:
             await n.close()
+
+
+async def test_a_change_the_watch_never_delivered_is_taken_from_the_next_read_and_logged(
+        etcd1: EtcdCluster, caplog: pytest.LogCaptureFixture) -> None:
+    """A node's watch of the partition states runs ``reread_s`` at most, then they are read again: a change whose
+    event was lost on the way (dropped here) is reported all the same, and named at WARNING (its revision is below
+    what the watch had reached, so it was missed, not in flight)."""
+    session = EtcdSession(etcd1.endpoints)
+    follower = PartitionStates(session, KEYS)
+    lost, other = PartitionId("d1", 0), PartitionId("d1", 1)
+    seen: list[tuple[PartitionId, PartitionState | None]] = []
+    take = follower._seen
+
+    def dropping_one(event: Any, on_change: Any) -> None:
+        if partition_id(KEYS, event.kv.key) == lost and not any(pid == lost for pid, _ in seen):
+            return  # as if etcd or the client never delivered it
+        take(event, on_change)
+
+    follower._seen = dropping_one  # type: ignore[method-assign]
+    task = asyncio.create_task(follower.follow(lambda pid, s: seen.append((pid, s)), reread_s=1.0))
+    try:
+        await eventually("the follower read", lambda: _following(follower))
+        state = initial_state((1, 2, 3), {1: 1, 2: 2, 3: 3}, 2)
+        await session.txn([], [tx.Put(partition_key(KEYS, lost), encode_state(state))])
+        await session.txn([], [tx.Put(partition_key(KEYS, other), encode_state(state))])
+        await eventually("both changes reported", lambda: _is({pid for pid, _ in seen} == {lost, other}))
+        assert [pid for pid, _ in seen] == [other, lost]  # the lost one from the read, after the later event
+        assert follower.states[lost].isr_ids == {1, 2, 3}
+        assert [r.levelname for r in caplog.records if "never delivered by the watch" in r.message] == ["WARNING"]
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await session.close()
 
 
 async def test_a_re_registered_replica_is_fenced_and_never_elected_and_stale_proposals_are_refused(

@@ -277,7 +277,8 @@ class EtcdSession:
 async def follow_prefix(session: EtcdSession, prefix: bytes, *, start: Callable[[], int],
                         read: Callable[[], Awaitable[None]],
                         on_event: Callable[[aetcd.rtypes.Event], Awaitable[None]], what: str,
-                        retry_delay: float, read_again: tuple[type[Exception], ...] = ()) -> NoReturn:
+                        retry_delay: float, read_again: tuple[type[Exception], ...] = (),
+                        reread_s: float | None = None) -> NoReturn:
     """Follow ``prefix`` until cancelled, the caller keeping its place: ``start()`` is the revision its next watch
     of ``prefix`` starts at (0: nothing read yet), ``read()`` reads what it follows at one revision and moves
     ``start()`` there, ``on_event(event)`` handles the watch's events one at a time in revision order (and may move
@@ -286,10 +287,14 @@ async def follow_prefix(session: EtcdSession, prefix: bytes, *, start: Callable[
     * nothing read yet: read first, then watch from ``start()``;
     * etcd compacted the history ``start()`` needs (:class:`Compacted`), or ``on_event`` raised one of
       ``read_again`` (the caller found it missed something): read again at once, then watch;
+    * a watch that ran ``reread_s`` seconds (when given): ended, read again, then watched anew, so that a change
+      the watch never delivered (an event lost between etcd and here) is taken within that time, never missed for
+      as long as the key does not change again;
     * the stream broke or etcd did not answer (:class:`ControlPlaneUnavailable`, logged at WARNING): wait
       ``retry_delay`` seconds, then resume the watch from ``start()`` (reading first if nothing was read yet).
 
-    Anything else ``read`` or ``on_event`` raises ends the following and propagates."""
+    Anything else ``read`` or ``on_event`` raises ends the following and propagates. The watch is cancelled before
+    each read: no event of it is handled after a read at a later revision."""
     stale: tuple[type[Exception], ...] = (Compacted, *read_again)
     must_read = start() == 0
     while True:
@@ -298,10 +303,16 @@ async def follow_prefix(session: EtcdSession, prefix: bytes, *, start: Callable[
                 await read()
                 must_read = False
             watch = await session.watch_prefix(prefix, start())
+            due = asyncio.timeout(reread_s)
             try:
                 iterator = watch.__aiter__()
-                while True:
-                    await on_event(await session.next_event(iterator))
+                async with due:
+                    while True:
+                        await on_event(await session.next_event(iterator))
+            except TimeoutError:
+                if not due.expired():
+                    raise
+                must_read = True
             finally:
                 await session.cancel_watch(watch)
         except stale as e:

@@ -65,6 +65,10 @@ __all__ = ["PartitionStates", "AlterOutcome", "Snapshot", "Reconciler"]
 
 log = logging.getLogger("walgate.cluster")
 
+REREAD_S = 15.0
+"""How long a node's watch of the partition states runs before they are read again (a change the watch never
+delivered is taken then: :func:`~walgate.cluster.etcd.follow_prefix`)."""
+
 
 @dataclass(frozen=True)
 class AlterOutcome:
@@ -131,20 +135,21 @@ class PartitionStates:
         return [tx.Version(key) == 0], [tx.Put(key, encode_state(state))]
 
     async def follow(self, on_change: Callable[[PartitionId, PartitionState | None], object],
-                     retry_delay: float = 0.5) -> None:
+                     retry_delay: float = 0.5, reread_s: float = REREAD_S) -> None:
         """Call ``on_change(vnode, state or None when deleted or damaged)`` for every change after ``revision`` (from
         a :meth:`read_all` first when nothing was read), once per change, until cancelled
-        (:func:`~walgate.cluster.etcd.follow_prefix`). A compacted watch reads every state again and reports those
-        that differ from what was seen; a broken one resumes from ``revision`` after ``retry_delay``. An exception
-        raised by ``on_change`` is logged at ERROR and following goes on (the change stays seen: it is not reported
-        again)."""
+        (:func:`~walgate.cluster.etcd.follow_prefix`). A compacted watch, and every watch that ran ``reread_s``
+        seconds, reads every state again and reports those that differ from what was seen (a change at or below
+        the revision the watch had reached, which it never delivered, is logged at WARNING); a broken one resumes
+        from ``revision`` after ``retry_delay``. An exception raised by ``on_change`` is logged at ERROR and
+        following goes on (the change stays seen: it is not reported again)."""
 
         async def on_event(event: Any) -> None:
             self._seen(event, on_change)
 
         await follow_prefix(self.session, partitions_prefix(self.keys), start=lambda: self.revision,
                             read=lambda: self._read_again(on_change), on_event=on_event, what="partition states",
-                            retry_delay=retry_delay)
+                            retry_delay=retry_delay, reread_s=reread_s)
 
     @staticmethod
     def _report(on_change: Callable[[PartitionId, PartitionState | None], object], pid: PartitionId,
@@ -156,11 +161,17 @@ class PartitionStates:
                       type(e).__name__, e)
 
     async def _read_again(self, on_change: Callable[[PartitionId, PartitionState | None], object]) -> None:
-        before = self.states
+        before, reached = self.states, self.revision
         after = await self.read_all()
         for pid in sorted(before.keys() | after.keys()):
-            if before.get(pid) != after.get(pid):
-                self._report(on_change, pid, after.get(pid))
+            now = after.get(pid)
+            if before.get(pid) == now:
+                continue
+            if now is not None and now.partition_epoch <= reached:
+                log.warning("partition states: %s/%d's change at revision %d was never delivered by the watch, which"
+                            " had reached revision %d: taken from a read", pid.db_id, pid.vgroup,
+                            now.partition_epoch, reached)
+            self._report(on_change, pid, now)
 
     def _seen(self, event: Any, on_change: Callable[[PartitionId, PartitionState | None], object]) -> None:
         """Take one watch event in. ``revision`` moves to the event's: a watch resumed from it (not after it) after
