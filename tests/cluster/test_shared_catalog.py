@@ -5,10 +5,12 @@ node back (retried) without losing or reordering any."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 from cluster_support import eventually
@@ -90,3 +92,37 @@ async def test_a_node_that_was_away_restores_the_snapshot_and_the_records_after_
 
 async def _lacks(node: InProcessNode, binding: AclBinding) -> bool:
     return binding not in await node.bindings()
+
+
+async def test_a_controller_that_steps_down_before_its_append_proposes_the_change_to_the_new_one(
+        etcd1: EtcdCluster, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Node 1, the controller, publishes a change; before its append is written its lease lapses (revoked here, as
+    etcd lets it expire under load) and node 2 is elected. The append is refused (NotController: nothing written),
+    and the change is proposed to node 2 and applied once, not answered as failed (CI: a CreateTopics answered
+    REQUEST_TIMED_OUT "node 1 is not the controller")."""
+    caplog.set_level(logging.INFO, "walgate.cluster")
+    async with in_process_node(etcd1, tmp_path / "n1", 1) as a:
+        await eventually("node 1 is the controller", lambda: asyncio.sleep(0, a.member.election.epoch is not None))
+        shared_a = await a.follow(trim_every=100)
+        async with in_process_node(etcd1, tmp_path / "n2", 2) as b:
+            await b.follow(trim_every=100)
+            append = shared_a._append
+
+            async def after_the_lease_lapsed(*args: Any) -> int:
+                registration = a.member.registration
+                assert registration is not None and registration.lease_id is not None
+                await a.member.session.revoke(registration.lease_id)
+                await eventually("node 2 elected", lambda: asyncio.sleep(0, b.member.election.epoch is not None))
+                return await append(*args)
+
+            shared_a._append = after_the_lease_lapsed  # type: ignore[method-assign]
+            await shared_a.run(a.engine.catalog.change_acls, "create_acls", [acl(0)])
+            assert await a.bindings() == {acl(0)}
+            assert "proposed to the controller elected now" in caplog.text
+            await eventually("node 2 applied it", lambda: _has(b, acl(0)))
+            _, records = await a.member.session.get_prefix(a.member.keys.records)
+            assert len(records) == 1, "appended once"
+
+
+async def _has(node: InProcessNode, binding: AclBinding) -> bool:
+    return binding in await node.bindings()

@@ -30,6 +30,7 @@ whose vnodes cannot be made, is retried every second (the node stays behind, ``/
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import uuid
@@ -37,7 +38,13 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from walgate.cluster.etcd import follow_prefix, tx
-from walgate.cluster.model import ControlPlaneError, ControlPlaneUnavailable, NotController, RecordCursor
+from walgate.cluster.model import (
+    MAX_RECORDS_PER_TXN,
+    ControlPlaneError,
+    ControlPlaneUnavailable,
+    NotController,
+    RecordCursor,
+)
 from walgate.cluster.records import RecordFollower, RecordLog
 from walgate.gateway.cluster_member import ClusterMember, stop_tasks
 from walgate.gateway.storage_thread import StorageThread
@@ -149,11 +156,7 @@ class SharedCatalog:
         :class:`ClusterUnavailable` (no controller or no etcd quorum answered within :data:`CHANGE_TIMEOUT_S`)."""
         try:
             async with asyncio.timeout(CHANGE_TIMEOUT_S):
-                if self.election.epoch is not None:
-                    seq = await self._append(records)
-                else:
-                    seq = await self._propose(records)
-                await self.follower.wait_applied(seq)
+                await self.follower.wait_applied(await self._appended(records))
         except TimeoutError:
             raise ClusterUnavailable(f"The cluster's catalog did not take the change within {CHANGE_TIMEOUT_S:g} s (no"
                                      " controller elected, or etcd has no quorum); it may still be applied",
@@ -186,6 +189,25 @@ class SharedCatalog:
         except ControlPlaneError as e:
             raise ClusterUnavailable(f"The cluster's catalog could not be read: {e}") from None
 
+    async def _appended(self, records: list[dict[str, Any]]) -> int:
+        """``records`` appended as the controller, else proposed to it; their sequence number. A controller that
+        stepped down before its append of one transaction was written (NotController: its lease lapsed and another
+        was elected; nothing written) proposes them to the new one instead, as a Kafka broker sends a request it
+        forwarded to a former controller (NOT_CONTROLLER) again to the new one. (An append of several transactions
+        refused after the first is not made again: part of it is in the stream.)"""
+        registration = self.member.registration
+        while self.election.epoch is not None:
+            lease = None if registration is None else registration.lease_id
+            try:
+                return await self._append(records)
+            except NotController as e:
+                if len(records) > MAX_RECORDS_PER_TXN:
+                    raise
+                log.info("catalog change: %s; proposed to the controller elected now", e)
+                if registration is not None and lease is not None:
+                    await registration.wait_lost(lease)  # (its candidacy went with that lease: proposed on the next)
+        return await self._propose(records)
+
     async def _append(self, records: list[dict[str, Any]], also: Callable[[int], list[Any]] | None = None,
                       when: list[Any] | None = None) -> int:
         """The controller's append: checked against its catalog caught up with the whole stream."""
@@ -195,7 +217,8 @@ class SharedCatalog:
             await self.storage.call(self.engine.catalog.validate_shared, records)
             seq = await self.log.append([_encode(r) for r in records], also, when)
             if seq - self._trimmed >= self.trim_every:
-                await self._trim(seq)
+                with contextlib.suppress(NotController):  # (stepped down since: the next controller trims)
+                    await self._trim(seq)
             return seq
 
     async def _trim(self, seq: int) -> None:
@@ -206,9 +229,14 @@ class SharedCatalog:
         log.info("catalog: records up to %d folded into the snapshot", seq)
 
     async def _propose(self, records: list[dict[str, Any]]) -> int:
-        lease = self.member.registration.lease_id if self.member.registration is not None else None
-        if lease is None:
+        """``records`` proposed on this node's lease (once it holds one again, when it lapsed), until the controller
+        answers: their sequence number, or :class:`InvalidValue` (refused). Raises :class:`ControlPlaneUnavailable`
+        when the node left its cluster."""
+        registration = self.member.registration
+        if registration is None:
             raise ControlPlaneUnavailable(f"node {self.member.node_id} is not registered in its cluster")
+        await registration.wait_registered()
+        lease = registration.lease_id
         proposal_id = f"{self.member.node_id}-{uuid.uuid4().hex}"
         keys, session = self.member.keys, self.member.session
         await session.txn([], [tx.Put(keys.proposal(proposal_id), json.dumps(records).encode(), lease=lease)])
