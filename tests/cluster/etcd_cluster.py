@@ -1,9 +1,13 @@
 """Real etcd clusters for the control-plane tests: Debian's ``etcd`` (etcd-server 3.4) members on 127.0.0.1, or on
 the addresses of network namespaces (netns.py).
 
-Each member runs in its own data dir under the test's tmp dir, on free ports, and is stopped by its PID (SIGKILL
-for :meth:`Member.kill`, SIGTERM then SIGKILL at teardown). When ``etcd`` is not installed the fixture fails with
-how to install it: these tests are never skipped.
+Each member runs in its own data dir, on free ports, and is stopped by its PID (SIGKILL for :meth:`Member.kill`,
+SIGTERM then SIGKILL at teardown); its log is under the test's tmp dir. The data dirs are on ``/dev/shm`` (a
+tmpfs) when it has room, removed when the cluster closes: on a disk that the other tests load, etcd's fdatasync
+stalled for 3.3 s (its log: "slow fdatasync"), its writes missed the sessions' 3-5 s timeouts and its leases lapsed,
+failing tests that exercise walgate, not etcd's disk (etcd's durability across kill -9 is the same: what a killed
+process wrote is in the page cache either way). When ``etcd`` is not installed the fixture fails with how to
+install it: these tests are never skipped.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import os
 import shutil
 import signal
 import subprocess
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -26,6 +31,8 @@ from livewalgate import dying_with_this_process, free_port
 __all__ = ["EtcdCluster", "Member", "etcd_cluster", "free_port"]
 
 _START_S = 30.0  # a member answering /health, on a loaded machine
+_TMPFS = Path("/dev/shm")
+_TMPFS_FREE = 2 << 30  # bytes it must have free to take a cluster's data dirs (each member's WAL preallocates 64 MiB)
 
 
 def etcd_binary() -> str:
@@ -40,13 +47,13 @@ class Member:
     """One etcd member; :meth:`start` (again after :meth:`kill`/:meth:`stop`) keeps its data dir and ports."""
 
     def __init__(self, name: str, root: Path, initial_cluster: str, token: str, host: str = "127.0.0.1",
-                 prefix: Sequence[str] = ()) -> None:
+                 prefix: Sequence[str] = (), data_root: Path | None = None) -> None:
         self.name = name
         self.host = host
         self.prefix = list(prefix)  # what the member runs under (e.g. ``ip netns exec NS``)
         self.client_port = free_port()
         self.peer_port = free_port()
-        self.data_dir = root / name
+        self.data_dir = (data_root or root) / name
         self.log_path = root / f"{name}.log"
         self.initial_cluster = initial_cluster
         self.token = token
@@ -81,7 +88,7 @@ class Member:
             return False
 
     def kill(self) -> None:
-        """SIGKILL by PID (a crash: nothing flushed that etcd did not fsync)."""
+        """SIGKILL by PID (a process crash: what it wrote stays, as in the page cache of a disk; no power loss)."""
         assert self.proc is not None
         os.kill(self.proc.pid, signal.SIGKILL)
         self.proc.wait(timeout=30)
@@ -112,9 +119,10 @@ class EtcdCluster:
         names = [f"m{i}" for i in range(size)]
         self.members: list[Member] = []
         token = f"walgate-test-{os.getpid()}-{free_port()}"
+        self.tmpfs = _tmpfs_dir()  # the members' data dirs' parent when on the tmpfs; removed by :meth:`close`
         for i, name in enumerate(names):
             self.members.append(Member(name, root, "", token, hosts[i] if hosts else "127.0.0.1",
-                                       prefixes[i] if prefixes else ()))
+                                       prefixes[i] if prefixes else (), self.tmpfs))
         initial = ",".join(f"{m.name}={m.peer_url}" for m in self.members)
         for m in self.members:
             m.initial_cluster = initial
@@ -147,6 +155,23 @@ class EtcdCluster:
         for m in self.members:
             m.stop()
 
+    def close(self) -> None:
+        """Every member stopped, and the data dirs on the tmpfs removed (they hold its memory)."""
+        self.stop()
+        if self.tmpfs is not None:
+            shutil.rmtree(self.tmpfs, ignore_errors=True)
+
+
+def _tmpfs_dir() -> Path | None:
+    """A new directory on :data:`_TMPFS` when it is a directory with :data:`_TMPFS_FREE` bytes free, else None."""
+    try:
+        stat = os.statvfs(_TMPFS)
+    except OSError:
+        return None
+    if stat.f_bavail * stat.f_frsize < _TMPFS_FREE:
+        return None
+    return Path(tempfile.mkdtemp(prefix="walgate-etcd-", dir=_TMPFS))
+
 
 @contextmanager
 def etcd_cluster(root: Path, size: int = 1, hosts: Sequence[str] = (), prefixes: Sequence[Sequence[str]] = ()
@@ -156,4 +181,4 @@ def etcd_cluster(root: Path, size: int = 1, hosts: Sequence[str] = (), prefixes:
         cluster.start()
         yield cluster
     finally:
-        cluster.stop()
+        cluster.close()
