@@ -643,14 +643,20 @@ async def test_a_deposed_leader_whose_tail_holds_a_supertable_drop_cuts_it_and_r
         assert (DB, "meters") not in t.nodes[1].side.engine.catalog.stables
 
 
+async def _leading_with_copies(t: Trio) -> ReplicaManager:
+    """Node 1 leading, a row copied to nodes 2 and 3; its replica manager."""
+    await t.started()
+    await t.insert(1, 0)
+    await t.caught_up(2, 3)
+    manager = t.nodes[1].manager
+    assert manager is not None
+    return manager
+
+
 async def test_an_isr_change_the_control_plane_could_not_take_is_proposed_again(
         etcd: EtcdCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     async with trio(etcd, tmp_path, monkeypatch) as t:
-        await t.started()
-        await t.insert(1, 0)
-        await t.caught_up(2, 3)
-        manager = t.nodes[1].manager
-        assert manager is not None
+        manager = await _leading_with_copies(t)
         refused: list[Any] = []
         alter_isr = manager.states.alter_isr
 
@@ -674,11 +680,7 @@ async def test_an_isr_round_that_failed_unexpectedly_is_logged_and_the_next_prop
     """A round that raised what no rule expects (a bug) is logged with its traceback, its proposal ends as refused
     and the proposer goes on: gone, it would leave the ISR as it is for as long as node 1 leads."""
     async with trio(etcd, tmp_path, monkeypatch) as t:
-        await t.started()
-        await t.insert(1, 0)
-        await t.caught_up(2, 3)
-        manager = t.nodes[1].manager
-        assert manager is not None
+        manager = await _leading_with_copies(t)
         alter_isr, failed = manager.states.alter_isr, []
 
         async def fails_once(*args: Any) -> Any:
@@ -694,14 +696,10 @@ async def test_an_isr_round_that_failed_unexpectedly_is_logged_and_the_next_prop
 
 
 async def _fenced_once(t: Trio, monkeypatch: pytest.MonkeyPatch) -> tuple[ReplicaManager, list[Any]]:
-    """Node 1 leading, a row copied to nodes 2 and 3; its replica manager, whose next ISR change is refused
-    STALE_BROKER_EPOCH, as while its registration was gone (its lease lapsed under load), and the list that gets the
-    state that change was proposed from."""
-    await t.started()
-    await t.insert(1, 0)
-    await t.caught_up(2, 3)
-    manager = t.nodes[1].manager
-    assert manager is not None
+    """Node 1's replica manager (:func:`_leading_with_copies`), its next ISR change refused STALE_BROKER_EPOCH as
+    while its registration was gone (its lease lapsed under load), and the list that gets the state that change was
+    proposed from."""
+    manager = await _leading_with_copies(t)
     alter_isr = manager.states.alter_isr
     fenced: list[Any] = []
 
