@@ -283,6 +283,10 @@ public class GroupMember {
             emit("{\"event\": \"summary\", \"records\": " + count + "}");
             consumer.close();
             emit("{\"event\": \"closed\"}");
+        } catch (Exception e) {  // (told, not lost: the shutdown hook halts with exitCode once this block ends)
+            emit("{\"event\": \"error\", \"name\": " + quote(e.getClass().getSimpleName()) + ", \"message\": "
+                    + quote(String.valueOf(e.getMessage())) + ", \"while\": \"closing\"}");
+            exitCode = 2;
         } finally {
             closed.countDown();
         }

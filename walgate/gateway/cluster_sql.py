@@ -29,6 +29,7 @@ every statement :mod:`walgate.security.sql_access` has no rule for.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -53,6 +54,8 @@ __all__ = ["MoveRefused", "Vgroups", "decommissioned", "moves_replicas", "run", 
 
 TIMEOUT_S = 30.0
 """How long a statement waits for the controller to write its moves or elections."""
+STATE_WAIT_S = 5.0
+"""How long a move of a vgroup the controller has no partition state of yet (made a moment ago) is asked again."""
 
 DNODE_NOT_EXIST = 0x0331  # TSDB_CODE_MND_DNODE_NOT_EXIST
 VGROUP_NOT_EXIST = 0x0332  # TSDB_CODE_MND_VGROUP_NOT_EXIST
@@ -122,8 +125,25 @@ async def run(stmt: ast.Statement, engine: Engine, storage: StorageThread, membe
         plan = balance(known.holdings, live)
     moves = {k: t for k, t in plan.items() if t != known.holdings[k].replicas}
     if moves:
-        await _ask(member, ReassignmentRequest(tuple(moves.items())), "replica moves", known)
+        await _ask_moves(member, moves, known)
     return affected(len(moves))
+
+
+async def _ask_moves(member: ClusterMember, moves: dict[PartitionId, tuple[int, ...]], known: Vgroups) -> None:
+    """The controller asked for ``moves``; those of vgroups it has no partition state of yet (made a moment ago:
+    its reconciliation creates their states within a second) asked again until :data:`STATE_WAIT_S` passed, then
+    refused (:func:`_ask`)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + STATE_WAIT_S
+    while True:
+        last = loop.time() >= deadline
+        answers = await _ask(member, ReassignmentRequest(tuple(moves.items())), "replica moves", known,
+                             fine=() if last else (ErrorCode.unknown_topic_or_partition,))
+        unknown = {k for k, code in answers.items() if code == ErrorCode.unknown_topic_or_partition}
+        if not unknown:
+            return
+        moves = {k: t for k, t in moves.items() if k in unknown}
+        await asyncio.sleep(0.2)
 
 
 def _verb(stmt: ast.Statement) -> str:
