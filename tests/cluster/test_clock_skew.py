@@ -11,6 +11,7 @@ leases are etcd's clock, not the node's.
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import signal
@@ -45,11 +46,26 @@ def libfaketime() -> str:
 
 
 @contextmanager
+def preloaded_faketime() -> Iterator[str]:
+    """:func:`libfaketime`; on exit, the shared memory and semaphore that the library made in ``/dev/shm`` for each
+    process it was preloaded into (named by the process's PID) removed where that process is gone: an exit removes
+    its own, a SIGKILL leaves them (a live process's, another test's, are kept)."""
+    try:
+        yield libfaketime()
+    finally:
+        for path in glob.glob("/dev/shm/faketime_shm_*") + glob.glob("/dev/shm/sem.faketime_sem_*"):
+            pid = path.rpartition("_")[2]
+            if pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path)
+
+
+@contextmanager
 def skewed_nodes(etcd: EtcdCluster, tmp_path: Path) -> Iterator[Any]:
     """``start(node_id, faketime_spec)``: node_helper.py with its clocks (wall and monotonic: what asyncio and grpc
     time with) faked as ``FAKETIME=SPEC`` says."""
-    library = libfaketime()
     with ExitStack() as stack:
+        library = stack.enter_context(preloaded_faketime())
 
         def start(node_id: int, spec: str) -> EventProcess:
             data_dir = tmp_path / f"node{node_id}"

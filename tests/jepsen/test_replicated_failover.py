@@ -24,7 +24,7 @@ import pytest
 from etcd_cluster import EtcdCluster
 from history import Send
 from replicated_workload import ACKS, LONG, SEEDS, Nodes, Workload, checked, final_history, new_leader, restart, started
-from test_clock_skew import libfaketime
+from test_clock_skew import preloaded_faketime
 
 KILLS = 10 if LONG else 2
 ZOMBIE_WRITERS = (7, 8, 9)  # the writers that send to the zombie leader only (several: writes queued as it resumes)
@@ -149,15 +149,15 @@ def test_clock_skew_kill_loop(etcd1: EtcdCluster, tmp_path: Path, seed: int) -> 
     """The kill loop with node 2's clocks an hour ahead and node 3's an hour behind (Debian's libfaketime preloaded
     into them, wall and monotonic: tests/cluster/test_clock_skew.py): leases are etcd's clock, so failover and the
     replicas' agreement do not depend on the nodes' clocks. Nothing acknowledged is lost."""
-    library = libfaketime()
-    env = {2: {"LD_PRELOAD": library, "FAKETIME": "+1h"}, 3: {"LD_PRELOAD": library, "FAKETIME": "-1h"}}
-    nodes, database = started(etcd1, tmp_path, env)
-    try:
-        for node_id, ahead in ((1, 0), (2, 3600), (3, -3600)):  # the preload applies: each logs in its own time
-            stamp = nodes.servers[node_id].log()[:19]
-            logged = datetime.datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S").timestamp()
-            assert abs(logged - time.time() - ahead) < 600, (node_id, stamp)
-    except BaseException:
-        nodes.close()
-        raise
-    kill_loop_checked(nodes, database, tmp_path, seed)
+    with preloaded_faketime() as library:
+        env = {2: {"LD_PRELOAD": library, "FAKETIME": "+1h"}, 3: {"LD_PRELOAD": library, "FAKETIME": "-1h"}}
+        nodes, database = started(etcd1, tmp_path, env)
+        try:
+            for node_id, ahead in ((1, 0), (2, 3600), (3, -3600)):  # the preload applies: each logs in its own time
+                stamp = nodes.servers[node_id].log()[:19]
+                logged = datetime.datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S").timestamp()
+                assert abs(logged - time.time() - ahead) < 600, (node_id, stamp)
+        except BaseException:
+            nodes.close()
+            raise
+        kill_loop_checked(nodes, database, tmp_path, seed)
