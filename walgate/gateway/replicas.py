@@ -533,7 +533,7 @@ class ReplicaManager:
                 return
             self._unfollow(pid, key)
         vnode = FollowedVnode(key[0], pid.db_id, pid.vgroup, state.leader_epoch)
-        vnode.high_watermark, vnode.cut_unfinished = await self.storage.call_on(frozenset([key]), functools.partial(
+        vnode.cut_unfinished = await self.storage.call_on(frozenset([key]), functools.partial(
             self._start_following, key, vnode))
         fetching = self.fetching.get(state.leader)
         if fetching is None:
@@ -546,17 +546,18 @@ class ReplicaManager:
         fetching.fetcher.follow(vnode)
         self.following[pid] = state.leader
 
-    def _start_following(self, key: VnodeKey, vnode: FollowedVnode) -> tuple[int, bool]:
+    def _start_following(self, key: VnodeKey, vnode: FollowedVnode) -> bool:
         """On the lane: the vnode's visible version is the high watermark its leader's answers carry, from the one
-        it knew (:func:`_baseline`: never below what it served since its WAL was opened; its truncation floor).
-        That high watermark, and whether a cut (of an earlier following) left the WAL held: the fetcher finishes it
-        before its first fetch."""
+        it knew (:func:`_baseline`: never below what it served since its WAL was opened; its truncation floor), set
+        in ``vnode`` before the WAL reads it, so no reader (a consumer on this follower, a checkpoint, this manager's
+        close after the follow was cancelled here) ever sees it lower; whether a cut (of an earlier following) left
+        the WAL held: the fetcher finishes it before its first fetch."""
         followed = self.engine.store.local_vnode(*key)
         wal = followed.wal
-        hw = min(_baseline(followed), wal.next_version)
+        vnode.high_watermark = min(_baseline(followed), wal.next_version)
         wal.replication = functools.partial(followed_hw, vnode)
         _step_down(wal)
-        return hw, wal.held is not None
+        return wal.held is not None
 
     async def _stop(self, pid: PartitionId, key: VnodeKey) -> None:
         await self._resign(pid)
