@@ -17,6 +17,7 @@ import pytest
 from tests.gateway.gateway_helpers import read_frame
 from walgate.gateway.config import Config
 from walgate.gateway.kafka import handlers
+from walgate.gateway.kafka.server import KafkaServer
 from walgate.gateway.server import Gateway
 
 
@@ -47,4 +48,34 @@ async def test_a_handler_that_raises_closes_the_connection_after_one_error_line(
         reader, writer = await asyncio.open_connection(host, port)  # the server goes on
         writer.write(struct.pack(">i", 14) + struct.pack(">hhih", 18, 0, 12, 4) + b"test")
         assert (await read_frame(reader, 10))[0] == 12
+        writer.close()
+
+
+async def test_a_connection_whose_task_first_runs_after_stop_began_is_closed_unserved(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A connection accepted just before the listener closed, whose task asyncio first runs once stop() has begun
+    (so stop() neither cancels nor awaits it), is closed without a request served. Before, it was served after the
+    node's storage had shut down: a Jepsen run's node logged a follower's WalFetch failing with "cannot schedule new
+    futures after shutdown" after "walgate stopped"."""
+    accepted, release = asyncio.Event(), asyncio.Event()
+    connection = KafkaServer._connection
+
+    async def first_run_late(self: KafkaServer, reader: Any, writer: Any, **kwargs: Any) -> None:
+        accepted.set()
+        await release.wait()  # (its task's first step, as asyncio may run it after stop() took its tasks)
+        await connection(self, reader, writer, **kwargs)
+
+    monkeypatch.setattr(KafkaServer, "_connection", first_run_late)
+    gateway = Gateway(Config(data_dir=tmp_path / "data", kafka_port=0, http_port=0))
+    await gateway.start()
+    host, port = gateway.kafka_address
+    reader, writer = await asyncio.open_connection(host, port)
+    try:
+        await asyncio.wait_for(accepted.wait(), 10)
+        writer.write(struct.pack(">i", 14) + struct.pack(">hhih", 18, 0, 12, 4) + b"test")  # ApiVersions v0
+        await gateway.stop()
+        release.set()
+        assert await asyncio.wait_for(reader.read(), 10) == b""  # closed, no answer
+    finally:
         writer.close()

@@ -236,6 +236,7 @@ class KafkaServer:
         self._reading: dict[asyncio.StreamWriter, float] = {}  # connection -> loop time its incomplete request began
         self._closing: dict[asyncio.StreamWriter, str] = {}  # connection closed by the sweeper -> why
         self._sweeper: asyncio.Task[None] | None = None
+        self._stopping = False  # stop() began: a connection task that first runs from now on serves nothing
 
     @property
     def serving(self) -> bool:
@@ -298,7 +299,10 @@ class KafkaServer:
 
     async def stop(self) -> None:
         """Stop accepting, then cancel and drain every connection task, the sweeper and the group and share
-        timers."""
+        timers. A connection accepted as the listeners closed whose task first runs after this began (so it is not
+        among the tasks cancelled here) is closed unserved (:meth:`_connection`): nothing is handled once the
+        node's storage is shut down after this."""
+        self._stopping = True
         self.broker.groups.close()
         if self._sweeper is not None:
             self._sweeper.cancel()
@@ -314,6 +318,9 @@ class KafkaServer:
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *,
                           listener: ListenerInfo, mapper: PrincipalMapper | None, sasl: SaslSettings | None) -> None:
+        if self._stopping:  # (accepted before the listener closed, first run after stop() took its tasks)
+            writer.close()
+            return
         task = asyncio.current_task()
         assert task is not None
         self._connections.add(task)
