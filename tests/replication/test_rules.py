@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from walgate.replication.epochs import (
@@ -276,6 +278,22 @@ def test_isr_shrinks_after_the_lag_time_and_expands_when_caught_up() -> None:
     assert lead.propose(125, {1: 8, 2: 12}) is None            # registered again since that fetch (KIP-903)
     grow = lead.propose(125, {1: 8, 2: 9})
     assert grow is not None and IsrMember(2, 9) in grow.isr
+
+
+def test_a_follower_no_longer_a_replica_never_joins_an_expansion() -> None:
+    """A replica being added by a reassignment fetched and caught up; the move was cancelled (it is no replica
+    now): the expansion the leader proposes for replica 2, caught up again, does not name it (the controller would
+    refuse the whole proposal, every time: the 10,000-seed simulation's replica_moves seeds 5089, 5889, 7459)."""
+    lead = view({0: 7, 1: 8})
+    adding = replace(lead.state, replicas=(0, 1, 2, 3), adding=(3,), partition_epoch=11)
+    lead.on_state(adding)
+    assert lead.on_fetch(3, 4, 4, 5, 0, 0, 0, 1) is None      # the adding replica caught up at the hw (0)
+    lead.on_state(replace(adding, replicas=(0, 1, 2), adding=(), partition_epoch=12))  # the move cancelled
+    assert lead.on_fetch(3, 4, 4, 5, 0, 0, 0, 2) == ErrorCode.not_leader_or_follower
+    assert lead.on_fetch(2, 9, 9, 5, 0, 0, 0, 3) is None
+    grow = lead.propose(3, {1: 8, 2: 9, 3: 4})
+    assert grow is not None and [m.replica for m in grow.isr] == [0, 1, 2]
+    assert isinstance(alter_partition(lead.state, grow, {0: 7, 1: 8, 2: 9, 3: 4}), PartitionState)
 
 
 def test_a_member_back_under_a_new_broker_epoch_does_not_count() -> None:

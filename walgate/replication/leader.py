@@ -110,10 +110,16 @@ class LeaderView:
 
     def on_state(self, state: PartitionState) -> None:
         """A partition state read from the control plane (a newer partition epoch replaces the view's; the answer
-        to the pending proposal ends it)."""
+        to the pending proposal ends it). A follower that is no longer a replica (a reassignment completed without
+        it, or cancelled while it was being added) is forgotten, as Kafka's ``Partition.updateAssignmentAndIsr``
+        drops the removed replicas: else its last position, caught up once, would make it a joiner of every
+        expansion :meth:`propose` makes, which the controller refuses (not a replica), over and over, and the
+        replicas that did catch up would never rejoin the ISR."""
         if state.partition_epoch < self.state.partition_epoch:
             return
         self.state = state
+        for gone in [r for r in self.followers if r not in state.replicas]:
+            del self.followers[gone]
         if self.pending is not None and self.pending.partition_epoch < state.partition_epoch:
             self.pending = None
 
