@@ -69,13 +69,20 @@ async def test_a_connection_whose_task_first_runs_after_stop_began_is_closed_uns
     monkeypatch.setattr(KafkaServer, "_connection", first_run_late)
     gateway = Gateway(Config(data_dir=tmp_path / "data", kafka_port=0, http_port=0))
     await gateway.start()
-    host, port = gateway.kafka_address
-    reader, writer = await asyncio.open_connection(host, port)
+    running = True
     try:
-        await asyncio.wait_for(accepted.wait(), 10)
-        writer.write(struct.pack(">i", 14) + struct.pack(">hhih", 18, 0, 12, 4) + b"test")  # ApiVersions v0
-        await gateway.stop()
-        release.set()
-        assert await asyncio.wait_for(reader.read(), 10) == b""  # closed, no answer
+        host, port = gateway.kafka_address
+        reader, writer = await asyncio.open_connection(host, port)
+        try:
+            await asyncio.wait_for(accepted.wait(), 10)
+            writer.write(struct.pack(">i", 14) + struct.pack(">hhih", 18, 0, 12, 4) + b"test")  # ApiVersions v0
+            running = False
+            await gateway.stop()
+            release.set()
+            assert await asyncio.wait_for(reader.read(), 10) == b""  # closed, no answer
+        finally:
+            writer.close()
     finally:
-        writer.close()
+        release.set()
+        if running:  # (a step before the stop failed: the gateway is stopped all the same)
+            await gateway.stop()
